@@ -1,0 +1,1 @@
+"""specfsm: a formal FSM that owns speculative-decoding state."""

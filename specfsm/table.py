@@ -1,0 +1,121 @@
+"""The transition table: the single source of truth for specfsm's modes.
+
+Theory of operation
+===================
+
+specfsm decides, once per scheduler iteration, which *mode* the engine decodes in. A mode is a
+promise about which speculative-decoding ("spec") state may exist on the running batch:
+
+SPECULATING
+    Stock speculative decoding: draft -> verify (K tokens per request) -> draft-extend.
+    The batch carries draft-input rows, one per request; verify state sized bs x K exists only
+    inside a forward.
+DRAINING
+    Load rose. A speculative batch may still be in flight (overlap scheduling keeps one batch
+    queued whose result is not yet processed), and it still owns state sized by the draft width.
+    Nothing new is allocated; once no in-flight batch uses the K-sized state, it is released.
+    The engine reports DRAINED when that is done (in the same iteration when overlap is off).
+PLAIN
+    One target token per request per step. No K-sized state may be attached to the batch.
+    This is the *safe mode*: every FAULT leads here, and its entry action must establish its
+    guarantees from any partially applied state (it is idempotent and total).
+RESYNCING
+    Load fell. Whatever the draft missed while PLAIN (its KV and hidden-state inputs for the
+    tokens decoded without it) is caught up before the next speculative step. The engine
+    reports RESYNCED when every running request has fresh draft inputs. If load rises again
+    first, LOAD_HIGH abandons the catch-up and returns to PLAIN with nothing half-applied.
+
+Why DRAINING and RESYNCING exist: the two failure classes seen in the field. Switching from
+speculation to plain decoding in one step, while a K-wide batch was still attached, crashed a
+patched SGLang worker ("tensor a (160) must match tensor b (2)": 10 requests x 16 draft
+tokens). Switching back without catching the draft up leaves it stale, and acceptance silently
+collapses. Each hazard gets a mode of its own, with entry/exit actions that own the state.
+
+Who emits which event: *load* events (LOAD_HIGH, LOAD_LOW) come from a policy; *completion*
+events (DRAINED, RESYNCED) come from the engine adapter; FAULT comes from the machine itself
+when a mode action raises, or from the adapter when a contract check fails.
+
+Rule 1 (after h11): every transition lives in TRANSITIONS below. The executor, the diagrams,
+the docs and the tests are all generated from, or checked against, this one mapping; a
+transition written as code anywhere else is a bug.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+
+class Mode(enum.Enum):
+    """The four modes. Exactly these; a failed machine is a flag, not a fifth mode."""
+
+    SPECULATING = "SPECULATING"
+    DRAINING = "DRAINING"
+    PLAIN = "PLAIN"
+    RESYNCING = "RESYNCING"
+
+    def __repr__(self) -> str:
+        return f"Mode.{self.name}"
+
+
+class Event(enum.Enum):
+    """Events that move the machine. Values are the `transitions` trigger names."""
+
+    LOAD_HIGH = "load_high"  # policy: load rose, stop speculating
+    DRAINED = "drained"  # engine: no in-flight batch uses K-sized state any more
+    LOAD_LOW = "load_low"  # policy: load fell, speculate again
+    RESYNCED = "resynced"  # engine: the draft has caught up for every running request
+    FAULT = "fault"  # machine/engine: an action or a contract failed; go to the safe mode
+
+    def __repr__(self) -> str:
+        return f"Event.{self.name}"
+
+
+#: The safe mode every FAULT leads to.
+SAFE_MODE: Final = Mode.PLAIN
+
+#: Mode the machine starts in when the engine starts with speculation on.
+INITIAL_MODE: Final = Mode.SPECULATING
+
+#: Events a policy may emit; the others are completion or fault events.
+LOAD_EVENTS: Final = frozenset({Event.LOAD_HIGH, Event.LOAD_LOW})
+
+#: Modes in which the next forward is a speculative one (draft + verify of K tokens).
+SPECULATIVE_MODES: Final = frozenset({Mode.SPECULATING})
+
+TRANSITIONS: Final[Mapping[Mode, Mapping[Event, Mode]]] = MappingProxyType(
+    {
+        Mode.SPECULATING: MappingProxyType(
+            {
+                Event.LOAD_HIGH: Mode.DRAINING,
+                Event.FAULT: Mode.PLAIN,
+            }
+        ),
+        Mode.DRAINING: MappingProxyType(
+            {
+                Event.DRAINED: Mode.PLAIN,
+                Event.FAULT: Mode.PLAIN,
+            }
+        ),
+        Mode.PLAIN: MappingProxyType(
+            {
+                Event.LOAD_LOW: Mode.RESYNCING,
+                Event.FAULT: Mode.PLAIN,
+            }
+        ),
+        Mode.RESYNCING: MappingProxyType(
+            {
+                Event.RESYNCED: Mode.SPECULATING,
+                Event.LOAD_HIGH: Mode.PLAIN,
+                Event.FAULT: Mode.PLAIN,
+            }
+        ),
+    }
+)
+
+
+def legal_events(mode: Mode) -> frozenset[Event]:
+    """The events the table accepts in `mode`."""
+    return frozenset(TRANSITIONS[mode])
