@@ -187,7 +187,8 @@ class ScriptedPolicy:
         want = self.target(obs.iteration)
         ev = toward(mode, want)
         if ev is not None:
-            self.last_reason = f"scripted: target {'SPECULATING' if want else 'PLAIN'} at {obs.iteration}"
+            target = "SPECULATING" if want else "PLAIN"
+            self.last_reason = f"scripted: target {target} at iteration {obs.iteration}"
         return ev
 
     def describe(self) -> dict[str, object]:

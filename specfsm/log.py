@@ -1,0 +1,116 @@
+"""The transition log: structlog JSON lines, each carrying rank and iteration.
+
+Event names (fixed; tools and offline replay key on them):
+  specfsm.config         once per rank at start-up: the resolved configuration
+  specfsm.transition     per transition: ts, src, dst, trigger (the FSM event; `event` is
+                         structlog's own key, the line's name), reason, bs, policy inputs,
+                         action durations in microseconds
+  specfsm.observation    sampled policy inputs and the mode (every N iterations / T seconds)
+  specfsm.action_failed  a mode action raised: which, where, the exception
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any, TextIO, cast
+
+import structlog
+
+from specfsm.observation import Observation
+from specfsm.table import Event, Mode
+
+CONFIG = "specfsm.config"
+TRANSITION = "specfsm.transition"
+OBSERVATION = "specfsm.observation"
+ACTION_FAILED = "specfsm.action_failed"
+
+
+def json_logger(dest: IO[str] | str | Path) -> Any:
+    """A structlog logger writing one JSON object per line to `dest` (a stream or a path)."""
+    stream: IO[str]
+    if isinstance(dest, (str, Path)):
+        stream = sys.stderr if str(dest) == "-" else open(dest, "a", buffering=1)  # noqa: SIM115
+    else:
+        stream = dest
+    return structlog.wrap_logger(
+        structlog.WriteLogger(cast(TextIO, stream)),
+        processors=[
+            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=True,
+    )
+
+
+def obs_fields(obs: Observation | None) -> dict[str, object]:
+    """The policy inputs of `obs` as flat log fields."""
+    if obs is None:
+        return {}
+    return {
+        "bs": obs.decode_bs,
+        "running": obs.running,
+        "queued": obs.queued,
+        "accept_lens": list(obs.accept_lens),
+    }
+
+
+class TransitionLog:
+    """Writes specfsm's events. `logger=None` uses structlog's global configuration (so
+    `structlog.testing.capture_logs()` sees the lines); otherwise any structlog logger."""
+
+    def __init__(self, logger: Any = None, rank: int = 0) -> None:
+        self._log = logger if logger is not None else structlog.get_logger("specfsm")
+        self.rank = rank
+
+    def config(self, config: Mapping[str, object]) -> None:
+        self._log.info(CONFIG, rank=self.rank, iteration=0, **config)
+
+    def transition(
+        self,
+        *,
+        iteration: int,
+        src: Mode,
+        dst: Mode,
+        event: Event,
+        reason: str,
+        obs: Observation | None,
+        exit_us: float | None,
+        enter_us: float | None,
+    ) -> None:
+        self._log.info(
+            TRANSITION,
+            rank=self.rank,
+            iteration=iteration,
+            src=src.name,
+            dst=dst.name,
+            trigger=event.name,
+            reason=reason,
+            **obs_fields(obs),
+            exit_us=None if exit_us is None else round(exit_us, 1),
+            enter_us=None if enter_us is None else round(enter_us, 1),
+        )
+
+    def observation(self, obs: Observation, mode: Mode) -> None:
+        self._log.info(
+            OBSERVATION, rank=self.rank, iteration=obs.iteration, mode=mode.name, **obs_fields(obs)
+        )
+
+    def action_failed(
+        self, *, iteration: int, action: str, src: Mode, dst: Mode, event: Event, exc: BaseException
+    ) -> None:
+        self._log.error(
+            ACTION_FAILED,
+            rank=self.rank,
+            iteration=iteration,
+            action=action,
+            src=src.name,
+            dst=dst.name,
+            trigger=event.name,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )

@@ -1,0 +1,308 @@
+"""SpecFSM: executes the table with `transitions`, only when a transition is due.
+
+Hot path (every scheduler iteration): `step(obs)` reads the current mode, asks the policy, and
+returns None when the policy has nothing to say: no call into `transitions`, no allocation, no
+log line. Only a real event goes through `process_event`, which checks the table (an illegal
+event raises `InvalidTransition` with the mode unchanged) and fires the `transitions` trigger;
+its state callbacks run the mode actions (exit(src), then enter(dst)).
+
+When an action raises, the `on_exception` handler logs `specfsm.action_failed` and fires FAULT
+(in the table from every mode, so the diagram shows the path) to the safe mode PLAIN, whose
+entry action must be total; `process_event` then raises `ModeActionError` chained to the cause.
+If the fault path itself fails, the machine marks itself failed (`failed` is True): every later
+call raises `MachineFailed`, and the engine must stop rather than serve in an unknown mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from transitions import Machine
+
+from specfsm.actions import ModeActions, NoopActions, TransitionInfo, action_name, bind_actions
+from specfsm.errors import InvalidTransition, MachineFailed, ModeActionError, SpecFSMError
+from specfsm.log import TransitionLog
+from specfsm.observation import Observation
+from specfsm.policies import FixedPolicy, Policy
+from specfsm.table import INITIAL_MODE, LOAD_EVENTS, SAFE_MODE, TRANSITIONS, Event, Mode
+
+# `transitions` logs 12 lines per transition, 4 of them at INFO; SGLang runs the root logger at
+# INFO, which would cost ~40 us and flood the console per switch.
+logging.getLogger("transitions").setLevel(logging.WARNING)
+
+
+@attrs.frozen(slots=True)
+class TransitionRecord:
+    """One completed transition, as handed to listeners (metrics, timelines)."""
+
+    iteration: int
+    src: Mode
+    dst: Mode
+    event: Event
+    reason: str
+    exit_us: float | None
+    enter_us: float | None
+    monotonic_s: float
+
+
+@attrs.define(slots=True)
+class _Pending:
+    """Per-transition scratch state shared with the `transitions` callbacks."""
+
+    info: TransitionInfo
+    reason: str
+    obs: Observation | None
+    exit_us: float | None = None
+    enter_us: float | None = None
+    failed_action: str | None = None
+    error: BaseException | None = None
+
+
+class _Model:
+    """The object `transitions` drives; `mode` is its state attribute."""
+
+    mode: Mode
+
+
+def machine_config() -> dict[str, Any]:
+    """`transitions.Machine` keyword arguments generated from TRANSITIONS (also for diagrams)."""
+    return {
+        "states": list(Mode),
+        "transitions": [
+            {"trigger": event.value, "source": src, "dest": dst}
+            for src, row in TRANSITIONS.items()
+            for event, dst in row.items()
+        ],
+        "auto_transitions": False,
+        "ignore_invalid_triggers": False,
+        "queued": False,
+    }
+
+
+class SpecFSM:
+    """The mode machine of one engine rank."""
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        actions: ModeActions | None = None,
+        *,
+        initial: Mode = INITIAL_MODE,
+        log: TransitionLog | None = None,
+        observe_every: int = 0,
+        observe_seconds: float = 0.0,
+    ) -> None:
+        if observe_every < 0 or observe_seconds < 0:
+            raise ValueError("observe_every and observe_seconds must be >= 0 (0 = off)")
+        self.policy: Policy = policy if policy is not None else FixedPolicy(True)
+        self._actions = bind_actions(actions if actions is not None else NoopActions())
+        self.log = log if log is not None else TransitionLog()
+        self._observe_every = observe_every
+        self._observe_seconds = observe_seconds
+        self._next_observe_t = 0.0
+        self._model = _Model()
+        self._machine = Machine(
+            model=self._model,
+            initial=initial,
+            model_attribute="mode",
+            send_event=True,
+            on_exception=self._on_exception,
+            **machine_config(),
+        )
+        for mode in Mode:
+            state = self._machine.get_state(mode)
+            state.add_callback("exit", self._on_exit)
+            state.add_callback("enter", self._on_enter)
+        self._triggers = {ev: self._machine.events[ev.value] for ev in Event}
+        self._pending: _Pending | None = None
+        self._in_fault = False
+        self._failed: BaseException | None = None
+        self.iteration = 0
+        self.transitions = 0
+        self.entered_at = time.monotonic()
+        self.listeners: list[Callable[[TransitionRecord], None]] = []
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def mode(self) -> Mode:
+        """The current mode."""
+        mode: Mode = self._model.mode
+        return mode
+
+    @property
+    def failed(self) -> bool:
+        """True once the fault path itself failed: the engine must stop."""
+        return self._failed is not None
+
+    # ------------------------------------------------------------------ hot path
+    def step(self, obs: Observation) -> Event | None:
+        """Once per scheduler iteration: ask the policy; transition only if it says so."""
+        if self._failed is not None:
+            self._raise_failed()
+        self.iteration = obs.iteration
+        mode = self._model.mode
+        event = self.policy.decide(mode, obs)
+        if self._observe_every and obs.iteration % self._observe_every == 0:
+            self.log.observation(obs, mode)
+        elif self._observe_seconds:
+            now = time.monotonic()
+            if now >= self._next_observe_t:
+                self._next_observe_t = now + self._observe_seconds
+                self.log.observation(obs, mode)
+        if event is None:
+            return None
+        if event not in LOAD_EVENTS:
+            raise SpecFSMError(
+                f"policy {type(self.policy).__name__} emitted {event.name}; policies emit only "
+                "load events (LOAD_HIGH, LOAD_LOW), completion events come from the engine"
+            )
+        self.process_event(event, obs, self.policy.last_reason)
+        return event
+
+    # ------------------------------------------------------------------ transitions
+    def process_event(self, event: Event, obs: Observation | None = None, reason: str = "") -> Mode:
+        """Apply `event`: run exit(src) and enter(dst), log, return the new mode.
+
+        Raises InvalidTransition (mode unchanged) for an event the table does not accept,
+        ModeActionError (now in PLAIN) when an action failed, MachineFailed when even the
+        fault path failed.
+        """
+        if self._failed is not None:
+            self._raise_failed()
+        src: Mode = self._model.mode
+        dst = TRANSITIONS[src].get(event)
+        if dst is None:
+            raise InvalidTransition(src, event)
+        iteration = obs.iteration if obs is not None else self.iteration
+        pending = _Pending(TransitionInfo(src, dst, event, iteration), reason, obs)
+        self._fire(pending)
+        if self._failed is not None:
+            self._raise_failed()
+        if pending.error is not None:
+            raise ModeActionError(
+                pending.failed_action or "?", self._model.mode, pending.error
+            ) from pending.error
+        self._finish(pending)
+        return dst
+
+    def fault(self, reason: str, obs: Observation | None = None) -> Mode:
+        """Go to the safe mode through FAULT (e.g. after a failed contract check)."""
+        return self.process_event(Event.FAULT, obs, reason)
+
+    def _fire(self, pending: _Pending) -> None:
+        outer = self._pending
+        self._pending = pending
+        try:
+            self._triggers[pending.info.event].trigger(self._model)
+        finally:
+            self._pending = outer
+
+    def _finish(self, pending: _Pending) -> None:
+        info = pending.info
+        self.transitions += 1
+        self.entered_at = now = time.monotonic()
+        self.log.transition(
+            iteration=info.iteration,
+            src=info.src,
+            dst=info.dst,
+            event=info.event,
+            reason=pending.reason,
+            obs=pending.obs,
+            exit_us=pending.exit_us,
+            enter_us=pending.enter_us,
+        )
+        if self.listeners:
+            record = TransitionRecord(
+                info.iteration,
+                info.src,
+                info.dst,
+                info.event,
+                pending.reason,
+                pending.exit_us,
+                pending.enter_us,
+                now,
+            )
+            for listener in self.listeners:
+                listener(record)
+
+    # ------------------------------------------------------------------ callbacks
+    def _run_action(self, kind: str, mode: Mode) -> None:
+        pending = self._pending
+        assert pending is not None, "mode actions run only inside process_event"
+        t0 = time.perf_counter_ns()
+        try:
+            self._actions[(kind, mode)](pending.info)
+        except BaseException:
+            pending.failed_action = action_name(kind, mode)
+            raise
+        finally:
+            us = (time.perf_counter_ns() - t0) / 1000.0
+            if kind == "exit":
+                pending.exit_us = us
+            else:
+                pending.enter_us = us
+
+    def _on_exit(self, event_data: Any) -> None:
+        pending = self._pending
+        assert pending is not None
+        if pending.info.event is Event.FAULT:
+            return  # the failing action may have been this very exit: only enter_plain runs
+        self._run_action("exit", pending.info.src)
+
+    def _on_enter(self, event_data: Any) -> None:
+        pending = self._pending
+        assert pending is not None
+        self._run_action("enter", pending.info.dst)
+
+    def _on_exception(self, event_data: Any) -> None:
+        err: BaseException = event_data.error
+        pending = self._pending
+        assert pending is not None
+        pending.error = err
+        self.log.action_failed(
+            iteration=pending.info.iteration,
+            action=pending.failed_action or "transition",
+            src=pending.info.src,
+            dst=pending.info.dst,
+            event=pending.info.event,
+            exc=err,
+        )
+        if self._in_fault or pending.info.event is Event.FAULT:
+            self._failed = err  # the fault path itself failed: the mode is unknown
+            return
+        if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit: do not swallow
+            self._failed = err
+            raise err
+        here: Mode = self._model.mode
+        fault = _Pending(
+            TransitionInfo(here, SAFE_MODE, Event.FAULT, pending.info.iteration),
+            f"{pending.failed_action or 'transition'} failed: {type(err).__name__}: {err}",
+            pending.obs,
+        )
+        self._in_fault = True
+        try:
+            self._fire(fault)
+        finally:
+            self._in_fault = False
+        if self._failed is None and fault.error is None:
+            self._finish(fault)
+
+    def _raise_failed(self) -> None:
+        cause = self._failed
+        raise MachineFailed(
+            "specfsm: the fault path failed (enter_plain raised while recovering); the engine's "
+            "speculation state is unknown and it must stop"
+        ) from cause
+
+    def describe(self) -> dict[str, object]:
+        """The resolved configuration, for the `specfsm.config` log line."""
+        return {
+            "mode": self.mode.name,
+            "policy": self.policy.describe(),
+            "observe_every": self._observe_every,
+            "observe_seconds": self._observe_seconds,
+        }
