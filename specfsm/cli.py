@@ -26,7 +26,21 @@ def _diagram(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="specfsm diagram", description="state diagram from the table")
     p.add_argument("--format", choices=FORMATS, default="mermaid")
+    p.add_argument(
+        "--update-doc",
+        metavar="PATH",
+        help="rewrite the generated block of a doc (e.g. docs/state-machine.md) instead",
+    )
     args = p.parse_args(argv)
+    if args.update_doc:
+        from pathlib import Path
+
+        from specfsm.diagram import update_doc
+
+        path = Path(args.update_doc)
+        path.write_text(update_doc(path.read_text()))
+        print(f"updated {path}")
+        return 0
     sys.stdout.write(render(args.format))
     return 0
 

@@ -34,3 +34,39 @@ def render(fmt: str = "mermaid") -> str:
     )
     source: str = model.get_graph().source
     return source.rstrip() + "\n"
+
+
+BEGIN = "<!-- BEGIN GENERATED from specfsm.TRANSITIONS by `specfsm diagram --update-doc` -->"
+END = "<!-- END GENERATED -->"
+
+
+def doc_block() -> str:
+    """The generated part of docs/state-machine.md: the Mermaid diagram and the table."""
+    from specfsm.table import TRANSITIONS, Event, Mode
+
+    rows = ["| mode | " + " | ".join(e.name for e in Event) + " |"]
+    rows.append("|---" * (len(Event) + 1) + "|")
+    for mode in Mode:
+        cells = [TRANSITIONS[mode][e].name if e in TRANSITIONS[mode] else "-" for e in Event]
+        rows.append(f"| **{mode.name}** | " + " | ".join(cells) + " |")
+    return "\n".join(
+        [
+            BEGIN,
+            "```mermaid",
+            render("mermaid").rstrip(),
+            "```",
+            "",
+            "Mode x Event (`-`: raises `InvalidTransition`, mode unchanged):",
+            "",
+            *rows,
+            END,
+        ]
+    )
+
+
+def update_doc(text: str) -> str:
+    """`text` with its generated block replaced by the current one."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError("generated-block markers not found")
+    return text[:start] + doc_block() + text[end + len(END) :]

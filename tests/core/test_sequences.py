@@ -1,0 +1,60 @@
+"""Hypothesis-generated event sequences against the table."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specfsm import (
+    TRANSITIONS,
+    Event,
+    InvalidTransition,
+    MachineFailed,
+    Mode,
+    ModeActionError,
+    SpecFSM,
+)
+from specfsm.actions import action_name
+from specfsm.testing import RecordingActions, capturing_log
+
+ACTION_NAMES = [action_name(k, m) for m in Mode for k in ("enter", "exit")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(st.sampled_from(list(Event)), max_size=40),
+    fail=st.dictionaries(st.sampled_from(ACTION_NAMES), st.integers(0, 1), max_size=2),
+)
+def test_random_sequences_follow_table(events: list[Event], fail: dict[str, int]) -> None:
+    """Any sequence: legal events follow the table, illegal ones change nothing, failures
+    land in PLAIN, and entries and exits alternate consistently."""
+    actions = RecordingActions(fail=fail)
+    log, lines = capturing_log()
+    fsm = SpecFSM(actions=actions, log=log)
+    model = Mode.SPECULATING
+    for event in events:
+        before = fsm.mode
+        assert before is model
+        try:
+            fsm.process_event(event)
+        except InvalidTransition:
+            assert event not in TRANSITIONS[model]
+            assert fsm.mode is before
+            continue
+        except ModeActionError:
+            assert fsm.mode is Mode.PLAIN
+            model = Mode.PLAIN
+            continue
+        except MachineFailed:
+            # only enter_plain failing on the fault path (an explicit FAULT, or the recovery
+            # after another failure) may fail the machine
+            assert "enter_plain" in fail and fsm.failed
+            return
+        model = TRANSITIONS[model][event]
+        assert fsm.mode is model
+    assert not fsm.failed
+    # every transition line names a legal (src, trigger) -> dst
+    for line in lines:
+        if line["event"] == "specfsm.transition":
+            src, ev = Mode[line["src"]], Event[line["trigger"]]
+            assert TRANSITIONS[src][ev] is Mode[line["dst"]]
