@@ -11,6 +11,7 @@ Event names (fixed; tools and offline replay key on them):
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Mapping
@@ -28,8 +29,25 @@ OBSERVATION = "specfsm.observation"
 ACTION_FAILED = "specfsm.action_failed"
 
 
-def json_logger(dest: IO[str] | str | Path) -> Any:
-    """A structlog logger writing one JSON object per line to `dest` (a stream or a path)."""
+def _serializer() -> Any:
+    """orjson when installed (about 2x faster per line), else the standard library."""
+    try:
+        import orjson
+    except ImportError:
+        return json.dumps
+
+    def dumps(obj: Any, **_: Any) -> str:
+        return orjson.dumps(obj, default=str).decode()
+
+    return dumps
+
+
+def json_logger(dest: IO[str] | str | Path, iso_ts: bool = False) -> Any:
+    """A structlog logger writing one JSON object per line to `dest` (a stream or a path).
+
+    `ts` is seconds since the epoch (UTC) by default; `iso_ts=True` writes ISO 8601 instead
+    (about 3 us more per line).
+    """
     stream: IO[str]
     if isinstance(dest, (str, Path)):
         stream = sys.stderr if str(dest) == "-" else open(dest, "a", buffering=1)  # noqa: SIM115
@@ -38,9 +56,9 @@ def json_logger(dest: IO[str] | str | Path) -> Any:
     return structlog.wrap_logger(
         structlog.WriteLogger(cast(TextIO, stream)),
         processors=[
-            structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
+            structlog.processors.TimeStamper(fmt="iso" if iso_ts else None, utc=True, key="ts"),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            structlog.processors.JSONRenderer(serializer=_serializer()),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         cache_logger_on_first_use=True,
@@ -82,17 +100,33 @@ class TransitionLog:
         exit_us: float | None,
         enter_us: float | None,
     ) -> None:
+        if obs is None:
+            self._log.info(
+                TRANSITION,
+                rank=self.rank,
+                iteration=iteration,
+                src=src.value,
+                dst=dst.value,
+                trigger=event.name,
+                reason=reason,
+                exit_us=exit_us,
+                enter_us=enter_us,
+            )
+            return
         self._log.info(
             TRANSITION,
             rank=self.rank,
             iteration=iteration,
-            src=src.name,
-            dst=dst.name,
+            src=src.value,
+            dst=dst.value,
             trigger=event.name,
             reason=reason,
-            **obs_fields(obs),
-            exit_us=None if exit_us is None else round(exit_us, 1),
-            enter_us=None if enter_us is None else round(enter_us, 1),
+            bs=obs.decode_bs,
+            running=obs.running,
+            queued=obs.queued,
+            accept_lens=obs.accept_lens,
+            exit_us=exit_us,
+            enter_us=enter_us,
         )
 
     def observation(self, obs: Observation, mode: Mode) -> None:

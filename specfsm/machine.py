@@ -240,7 +240,7 @@ class SpecFSM:
             pending.failed_action = action_name(kind, mode)
             raise
         finally:
-            us = (time.perf_counter_ns() - t0) / 1000.0
+            us = (time.perf_counter_ns() - t0) // 100 / 10.0  # 0.1 us resolution
             if kind == "exit":
                 pending.exit_us = us
             else:

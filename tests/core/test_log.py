@@ -43,7 +43,7 @@ def test_transition_line_fields() -> None:
     assert line["bs"] == 9 and line["accept_lens"] == [2, 3]
     assert "high=4" in line["reason"]
     assert line["exit_us"] >= 0 and line["enter_us"] >= 0
-    assert line["ts"].endswith("Z")
+    assert isinstance(line["ts"], float)
 
 
 def test_action_failed_line() -> None:
