@@ -1,0 +1,117 @@
+"""Acceptance model: accept length (tokens per verify, incl. the bonus) from a draft shape.
+
+A draft shape is EAGLE's (topk, num_steps, num_draft_tokens). A chain is topk=1 with
+num_draft_tokens = num_steps + 1. With a per-token acceptance rate ``alpha`` (the probability
+that the target accepts the draft's next token, given the prefix was accepted):
+
+* Chain of K drafts: accepted drafts n has P(n >= j) = alpha^j for j <= K, so the mean accept
+  length is 1 + alpha + ... + alpha^K = (1 - alpha^(K+1)) / (1 - alpha).
+* Tree (stated approximation, "geometric rank with correlation discount"): the target's next
+  token sits at rank r of the draft's candidate list with probability alpha * (1 - alpha)^(r-1);
+  a node that tries b children therefore covers 1 - (1 - alpha)^b. Siblings are correlated in
+  practice (they come from the same draft distribution), so b is discounted to
+  b_eff = 1 + rho * (b - 1) with rho = 0.5 by default. Each accepted node tries
+  b_d = min(topk, nodes left in the budget at depth d) children; depth d's acceptance is
+  p_d = 1 - (1 - alpha)^(b_eff,d); the accept length is 1 + sum_j prod_{d<=j} p_d.
+  For topk=1 this reduces exactly to the chain formula.
+
+Pure Python; no numpy.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class DraftShape:
+    """EAGLE draft shape: topk candidates per step, num_steps draft steps, num_draft_tokens."""
+
+    topk: int = 1
+    steps: int = 3
+    draft_tokens: int = 4
+
+    def __attrs_post_init__(self) -> None:
+        if self.topk < 1 or self.steps < 1 or self.draft_tokens < 2:
+            raise ValueError(f"DraftShape: need topk>=1, steps>=1, draft_tokens>=2: {self}")
+        if self.topk == 1 and self.draft_tokens != self.steps + 1:
+            raise ValueError(f"DraftShape: a chain (topk=1) has draft_tokens = steps+1: {self}")
+        if self.draft_tokens - 1 > _tree_nodes(self.topk, self.steps):
+            raise ValueError(f"DraftShape: more draft tokens than tree nodes: {self}")
+
+    @classmethod
+    def chain(cls, steps: int) -> DraftShape:
+        """A topk=1 chain of `steps` drafts (K = steps + 1 tokens verified)."""
+        return cls(1, steps, steps + 1)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    def label(self) -> str:
+        if self.is_chain:
+            return f"chain{self.steps}"
+        return f"tree(topk={self.topk},steps={self.steps},tokens={self.draft_tokens})"
+
+
+def _tree_nodes(topk: int, steps: int) -> int:
+    return sum(topk**d for d in range(1, steps + 1))
+
+
+def depth_widths(shape: DraftShape) -> list[int]:
+    """Children an accepted node tries at each depth 1..steps (the stated tree approximation)."""
+    budget = shape.draft_tokens - 1  # nodes besides the root (the last committed token)
+    widths: list[int] = []
+    for _ in range(shape.steps):
+        b = min(shape.topk, budget)
+        if b <= 0:
+            break
+        widths.append(b)
+        budget -= b
+    return widths
+
+
+def depth_accept_probs(alpha: float, shape: DraftShape, rho: float = 0.5) -> list[float]:
+    """p_d: probability that depth d is accepted given depth d-1 was (see module docstring)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    out: list[float] = []
+    for b in depth_widths(shape):
+        b_eff = 1.0 + rho * (b - 1)
+        out.append(1.0 - (1.0 - alpha) ** b_eff)
+    return out
+
+
+def accept_length(alpha: float, shape: DraftShape, rho: float = 0.5) -> float:
+    """Mean tokens committed per verify (incl. the bonus) for `shape` at per-token rate `alpha`."""
+    total, run = 1.0, 1.0
+    for p in depth_accept_probs(alpha, shape, rho):
+        run *= p
+        total += run
+    return total
+
+
+def chain_accept_length(alpha: float, k: int) -> float:
+    """(1 - alpha^(k+1)) / (1 - alpha): mean accept length of a chain of k drafts."""
+    if k <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def alpha_from_accept_length(accept_len: float, shape: DraftShape, rho: float = 0.5) -> float:
+    """Invert `accept_length` by bisection (monotone in alpha)."""
+    top = accept_length(1.0, shape, rho)
+    if accept_len <= 1.0:
+        return 0.0
+    if accept_len >= top:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if accept_length(mid, shape, rho) < accept_len:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

@@ -1,0 +1,275 @@
+"""Cost model: step-cost tables -> predicted tokens/s for plain decode and for speculation.
+
+A table is a CSV with columns ``model,bs,q,ctx,ms_per_step`` (lines starting with ``#`` are
+comments): milliseconds for one forward of `bs` requests with `q` new tokens each over a KV
+context of `ctx` tokens. Two models are expected: the target (default ``llama8b``; q=1 is a
+plain decode step, q=k a verify of k tokens) and the draft (default ``eagle3_draft8b``; q=topk
+is one draft step, q=k a draft-extend of k tokens).
+
+Interpolation: piecewise linear in bs between measured batch sizes (linear extrapolation past
+the largest, using the last two points; bs below the smallest uses the smallest); piecewise
+linear in q the same way; linear in ctx between measured contexts (clamped at the ends).
+
+Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
+
+* plain decode: target(bs, 1)
+* speculative iteration of shape (topk, steps, K): target verify(bs, K)
+  + (steps - 1) draft steps(bs, topk) + draft-extend(bs, K). (The first draft step's logits
+  come from the previous draft-extend; ``draft()`` runs ``num_steps - 1`` forwards.)
+* SGLang steps=0: a K=1 target verify (~ target(bs, 1)) + a K=1 draft-extend(bs, 1), 1 token.
+* DRAINING: one more speculative iteration (the in-flight batch).
+* RESYNCING: one plain step + a batched draft-extend over the lag tokens (tokens decoded while
+  PLAIN, incl. this step's), i.e. draft(bs, q = lag_tokens / bs), extrapolated linearly in q.
+  The target hidden states for the lag positions are assumed kept from the plain forwards.
+* prefill of n prompt tokens: n x the cheapest per-token cost in the table (target and draft at
+  the largest bs x q), a stated approximation: the tables hold no prefill shapes.
+
+Pure Python (no numpy); tables load from a path or from package data via importlib.resources.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import os
+from collections.abc import Iterable, Sequence
+from importlib import resources
+
+from specfsm.acceptance import DraftShape, accept_length
+
+TARGET_MODEL = "llama8b"
+DRAFT_MODEL = "eagle3_draft8b"
+
+#: Package-data table names (specfsm/data/costs/<name>.csv).
+SHARED_REF = "h200_llama8b_shared_ref"
+
+
+def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear in x; linear extrapolation above the last point; clamp below the first."""
+    n = len(xs)
+    if n == 1 or x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        x0, x1, y0, y1 = xs[-2], xs[-1], ys[-2], ys[-1]
+    else:
+        i = bisect.bisect_right(xs, x)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class CostTable:
+    """Rows of (model, bs, q, ctx) -> ms, with lookups by interpolation."""
+
+    def __init__(self, rows: Iterable[tuple[str, int, int, int, float]], source: str = "") -> None:
+        self.source = source
+        data: dict[str, dict[int, dict[int, dict[int, float]]]] = {}
+        for model, bs, q, ctx, ms in rows:
+            data.setdefault(model, {}).setdefault(ctx, {}).setdefault(q, {})[bs] = ms
+        if not data:
+            raise ValueError(f"cost table {source!r} has no rows")
+        # model -> ctx -> q -> (bs list, ms list)
+        self._grid: dict[str, dict[int, dict[int, tuple[list[float], list[float]]]]] = {}
+        for model, by_ctx in data.items():
+            self._grid[model] = {}
+            for ctx, by_q in by_ctx.items():
+                self._grid[model][ctx] = {}
+                for q, by_bs in by_q.items():
+                    bss = sorted(by_bs)
+                    self._grid[model][ctx][q] = ([float(b) for b in bss], [by_bs[b] for b in bss])
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self._grid)
+
+    def contexts(self, model: str) -> list[int]:
+        return sorted(self._grid[model])
+
+    def qs(self, model: str, ctx: int) -> list[int]:
+        return sorted(self._grid[model][ctx])
+
+    def batch_sizes(self, model: str) -> list[int]:
+        return sorted(
+            {int(b) for c in self._grid[model].values() for bl, _ in c.values() for b in bl}
+        )
+
+    def ms(self, model: str, bs: float, q: float, ctx: float | None = None) -> float:
+        """Interpolated ms for one forward of `bs` requests x `q` tokens at context `ctx`."""
+        if bs <= 0:
+            return 0.0
+        try:
+            by_ctx = self._grid[model]
+        except KeyError:
+            raise KeyError(f"model {model!r} not in cost table {self.source!r}") from None
+        ctxs = sorted(by_ctx)
+        if ctx is None or len(ctxs) == 1:
+            return self._ms_at_ctx(by_ctx[ctxs[0] if ctx is None else _nearest(ctxs, ctx)], bs, q)
+        if ctx <= ctxs[0]:
+            return self._ms_at_ctx(by_ctx[ctxs[0]], bs, q)
+        if ctx >= ctxs[-1]:
+            return self._ms_at_ctx(by_ctx[ctxs[-1]], bs, q)
+        i = bisect.bisect_right(ctxs, ctx)
+        c0, c1 = ctxs[i - 1], ctxs[i]
+        m0 = self._ms_at_ctx(by_ctx[c0], bs, q)
+        m1 = self._ms_at_ctx(by_ctx[c1], bs, q)
+        return m0 + (m1 - m0) * (ctx - c0) / (c1 - c0)
+
+    @staticmethod
+    def _ms_at_ctx(by_q: dict[int, tuple[list[float], list[float]]], bs: float, q: float) -> float:
+        qs = sorted(by_q)
+        per_q = [_interp(by_q[qq][0], by_q[qq][1], bs) for qq in qs]
+        return _interp([float(qq) for qq in qs], per_q, q)
+
+
+def _nearest(xs: Sequence[int], x: float) -> int:
+    return min(xs, key=lambda v: abs(v - x))
+
+
+def parse_table(text: str, source: str = "") -> CostTable:
+    """Parse CSV text (``#`` comment lines skipped) into a CostTable."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(io.StringIO("\n".join(lines)))
+    need = {"model", "bs", "q", "ctx", "ms_per_step"}
+    if reader.fieldnames is None or not need <= set(reader.fieldnames):
+        raise ValueError(
+            f"cost table {source!r}: need columns {sorted(need)}, got {reader.fieldnames}"
+        )
+    rows = [
+        (r["model"].strip(), int(r["bs"]), int(r["q"]), int(r["ctx"]), float(r["ms_per_step"]))
+        for r in reader
+    ]
+    return CostTable(rows, source)
+
+
+def packaged_tables() -> list[str]:
+    """Names of the tables shipped as package data (without .csv)."""
+    d = resources.files("specfsm").joinpath("data", "costs")
+    if not d.is_dir():
+        return []
+    return sorted(p.name[:-4] for p in d.iterdir() if p.name.endswith(".csv"))
+
+
+def load_table(name_or_path: str) -> CostTable:
+    """Load a table from a file path, or by package-data name (e.g. ``h200_llama8b_shared_ref``)."""
+    if os.path.exists(name_or_path):
+        with open(name_or_path, encoding="utf-8") as f:
+            return parse_table(f.read(), name_or_path)
+    name = name_or_path[:-4] if name_or_path.endswith(".csv") else name_or_path
+    res = resources.files("specfsm").joinpath("data", "costs", f"{name}.csv")
+    if not res.is_file():
+        raise FileNotFoundError(
+            f"no cost table {name_or_path!r}: not a path, and not one of {packaged_tables()}"
+        )
+    return parse_table(res.read_text(encoding="utf-8"), name)
+
+
+class CostModel:
+    """Per-iteration costs (ms) and throughputs (tokens/s) from one table, one ctx, one shape."""
+
+    def __init__(
+        self,
+        table: CostTable,
+        shape: DraftShape | None = None,
+        *,
+        ctx: int | None = None,
+        target: str = TARGET_MODEL,
+        draft: str = DRAFT_MODEL,
+    ) -> None:
+        self.table = table
+        self.shape = shape if shape is not None else DraftShape.chain(3)
+        self.target = target
+        self.draft = draft
+        self.ctx = ctx if ctx is not None else table.contexts(target)[0]
+        t_bs = max(table.batch_sizes(target))
+        t_q = max(table.qs(target, table.contexts(target)[0]))
+        d_bs = max(table.batch_sizes(draft))
+        d_q = max(table.qs(draft, table.contexts(draft)[0]))
+        self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
+        self.prefill_ms_per_token_draft = self.draft_ms(d_bs, d_q) / (d_bs * d_q)
+
+    def with_shape(self, shape: DraftShape) -> CostModel:
+        return CostModel(self.table, shape, ctx=self.ctx, target=self.target, draft=self.draft)
+
+    # ---------------------------------------------------------------- raw forwards
+    def target_ms(self, bs: float, q: float) -> float:
+        return self.table.ms(self.target, bs, q, self.ctx)
+
+    def draft_ms(self, bs: float, q: float) -> float:
+        return self.table.ms(self.draft, bs, q, self.ctx)
+
+    # ---------------------------------------------------------------- iterations
+    def plain_ms(self, bs: float) -> float:
+        """One plain decode step."""
+        return self.target_ms(bs, 1)
+
+    def spec_ms(self, bs: float, shape: DraftShape | None = None) -> float:
+        """One speculative iteration: verify(K) + (steps-1) draft steps(topk) + draft-extend(K)."""
+        s = shape if shape is not None else self.shape
+        if bs <= 0:
+            return 0.0
+        return (
+            self.target_ms(bs, s.draft_tokens)
+            + (s.steps - 1) * self.draft_ms(bs, s.topk)
+            + self.draft_ms(bs, s.draft_tokens)
+        )
+
+    def steps0_ms(self, bs: float) -> float:
+        """SGLang adaptive at steps=0: a K=1 verify plus the per-step K=1 draft-extend."""
+        return self.target_ms(bs, 1) + self.draft_ms(bs, 1)
+
+    def drain_ms(self, bs: float) -> float:
+        """DRAINING: the in-flight speculative batch completes (one speculative iteration)."""
+        return self.spec_ms(bs)
+
+    def catchup_ms(self, bs: float, lag_tokens: float) -> float:
+        """Batched draft-extend over `lag_tokens` tokens in total across `bs` requests."""
+        if bs <= 0 or lag_tokens <= 0:
+            return 0.0
+        return self.draft_ms(bs, lag_tokens / bs)
+
+    def resync_ms(self, bs: float, lag_tokens: float) -> float:
+        """RESYNCING: one plain step plus the catch-up draft-extend over the lag tokens."""
+        return self.plain_ms(bs) + self.catchup_ms(bs, lag_tokens)
+
+    def prefill_ms(self, tokens: float, with_draft: bool = True) -> float:
+        """Prompt prefill (approximation: the table's cheapest per-token cost)."""
+        per = self.prefill_ms_per_token_target
+        if with_draft:
+            per += self.prefill_ms_per_token_draft
+        return tokens * per
+
+    # ---------------------------------------------------------------- throughput
+    def plain_tps(self, bs: float) -> float:
+        """Plain decode output tokens/s at batch size bs."""
+        return 1000.0 * bs / self.plain_ms(bs) if bs > 0 else 0.0
+
+    def spec_tps(self, bs: float, accept_len: float, shape: DraftShape | None = None) -> float:
+        """Speculative output tokens/s at batch bs with mean accept length (incl. bonus)."""
+        return 1000.0 * bs * accept_len / self.spec_ms(bs, shape) if bs > 0 else 0.0
+
+    def spec_tps_alpha(self, bs: float, alpha: float, shape: DraftShape | None = None) -> float:
+        s = shape if shape is not None else self.shape
+        return self.spec_tps(bs, accept_length(alpha, s), s)
+
+    def speedup(self, bs: float, accept_len: float) -> float:
+        """spec tokens/s divided by plain tokens/s."""
+        return self.spec_tps(bs, accept_len) / self.plain_tps(bs)
+
+    def crossover_bs(self, accept_len: float, max_bs: int = 1024) -> int | None:
+        """Smallest integer bs at which plain decode is at least as fast as speculation.
+
+        None when speculation wins at every bs up to max_bs; 1 when it never wins.
+        """
+        for bs in range(1, max_bs + 1):
+            if self.plain_tps(bs) >= self.spec_tps(bs, accept_len):
+                return bs
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "table": self.table.source,
+            "ctx": self.ctx,
+            "shape": self.shape.label(),
+            "target": self.target,
+            "draft": self.draft,
+        }

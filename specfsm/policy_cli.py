@@ -1,0 +1,487 @@
+"""`specfsm tune` and `specfsm sim`, plus the shared pieces the policy sweep uses.
+
+tune_main(argv) -> int: crossover bs, recommended ThresholdPolicy / GoodputPolicy parameters,
+and the equivalent SGLang `--speculative-adaptive-config` JSON, from a cost table and an accept
+length (or alpha, or a recorded specfsm transition/observation log).
+
+sim_main(argv) -> int: every policy side by side on one load (fixed concurrency levels or a
+time-varying trace), per-load tables, CSV/JSON and PNG plots into --out (default out/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import csv
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from specfsm.acceptance import DraftShape, accept_length, alpha_from_accept_length
+from specfsm.costs import SHARED_REF, CostModel, load_table, packaged_tables
+from specfsm.goodput import GoodputPolicy
+from specfsm.policies import ThresholdPolicy
+from specfsm.sim import (
+    BatchTableController,
+    Controller,
+    FixedController,
+    FSMController,
+    Load,
+    MaxConcurrencyController,
+    RunResult,
+    SGLangAdaptiveController,
+    bursts,
+    fixed_concurrency,
+    ramp,
+    sglang_spec_cuda_graph_bs,
+    sinusoid,
+)
+
+SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
+
+
+def parse_shape(text: str) -> DraftShape:
+    """chain3 | tree | chainN | topk,steps,tokens."""
+    if text in SHAPES:
+        return SHAPES[text]
+    if text.startswith("chain") and text[5:].isdigit():
+        return DraftShape.chain(int(text[5:]))
+    parts = [int(x) for x in text.split(",")]
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(
+            f"shape: chain3, tree, chainN or topk,steps,tokens: {text}"
+        )
+    return DraftShape(*parts)
+
+
+# ------------------------------------------------------------------------------ tuning
+@attrs.frozen
+class Recommendation:
+    crossover_bs: int | None
+    accept_len: float
+    threshold_high: int
+    threshold_low: int
+    debounce: int
+    min_dwell: int
+    sglang_config: dict[str, Any]
+
+    def threshold_policy(self) -> ThresholdPolicy:
+        return ThresholdPolicy(
+            self.threshold_high, self.threshold_low, self.debounce, self.min_dwell
+        )
+
+
+def recommend(
+    cost: CostModel,
+    accept_len: float,
+    *,
+    low_margin: float = 0.05,
+    debounce: int = 4,
+    min_dwell: int = 32,
+    max_bs: int = 1024,
+) -> Recommendation:
+    """Crossover and ThresholdPolicy(high, low) from the cost model.
+
+    high = crossover - 1 (the largest bs at which speculation still wins); low = the largest bs
+    at which speculation wins by at least `low_margin` (so resuming is clearly worth it),
+    capped below high.
+    """
+    x = cost.crossover_bs(accept_len, max_bs)
+    high = (x - 1) if x is not None else max_bs
+    high = max(high, 1)
+    low = 0
+    for bs in range(1, high + 1):
+        if cost.spec_tps(bs, accept_len) >= cost.plain_tps(bs) * (1 + low_margin):
+            low = bs
+    low = min(low, high - 1)
+    return Recommendation(
+        x, accept_len, high, max(low, 0), debounce, min_dwell, sglang_equivalent(cost.shape, high)
+    )
+
+
+def sglang_equivalent(shape: DraftShape, high: int) -> dict[str, Any]:
+    """An SGLang 0.5.23 adaptive config that speculates at bs <= high and runs steps=0 above.
+
+    SGLang pads bs to a CUDA-graph bs and picks the largest slot key <= that, so the steps=0
+    slot key is the first graph bs above pad(high). Note steps=0 still pays a draft-extend.
+    """
+    graph = sglang_spec_cuda_graph_bs(max(512, high + 1))
+    i = bisect.bisect_left(graph, high)
+    padded = graph[i] if i < len(graph) else high
+    key = next((g for g in graph if g > padded), padded + 1)
+    return {
+        "ema_alpha": 0.2,
+        "warmup_batches": 10,
+        "update_interval": 5,
+        "1": {"candidate_steps": [shape.steps]},
+        str(key): {"candidate_steps": [0]},
+    }
+
+
+def _accept_from_log(path: str) -> float | None:
+    vals: list[float] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            lens = rec.get("accept_lens") if isinstance(rec, dict) else None
+            if (
+                isinstance(lens, list)
+                and lens
+                and rec.get("mode", "SPECULATING") in ("SPECULATING", "Mode.SPECULATING")
+            ):
+                vals.append(sum(lens) / len(lens))
+    return sum(vals) / len(vals) if vals else None
+
+
+def tune_main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="specfsm tune", description=__doc__)
+    ap.add_argument("--table", default=SHARED_REF, help=f"path or one of {packaged_tables()}")
+    ap.add_argument(
+        "--ctx", type=int, default=None, help="context length (default: the table's first)"
+    )
+    ap.add_argument(
+        "--shape",
+        type=parse_shape,
+        default=SHAPES["chain3"],
+        help="chain3 | tree | chainN | topk,steps,tokens",
+    )
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--accept-len", type=float, help="mean tokens per verify incl. bonus")
+    g.add_argument("--alpha", type=float, help="per-token acceptance rate")
+    g.add_argument("--log", help="specfsm JSON-lines log with accept_lens fields")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    a = ap.parse_args(argv)
+    try:
+        cost = CostModel(load_table(a.table), a.shape, ctx=a.ctx)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"specfsm tune: {e}", file=sys.stderr)
+        return 2
+    if a.log:
+        acc = _accept_from_log(a.log)
+        if acc is None:
+            print(f"specfsm tune: no accept_lens found in {a.log}", file=sys.stderr)
+            return 2
+    elif a.accept_len is not None:
+        acc = a.accept_len
+    else:
+        acc = accept_length(a.alpha if a.alpha is not None else 0.7, a.shape)
+    rec = recommend(cost, acc)
+    out = {
+        "table": cost.table.source,
+        "ctx": cost.ctx,
+        "shape": a.shape.label(),
+        "accept_len": round(acc, 4),
+        "alpha_equiv": round(alpha_from_accept_length(acc, a.shape), 4),
+        "crossover_bs": rec.crossover_bs,
+        "threshold_policy": {
+            "high": rec.threshold_high,
+            "low": rec.threshold_low,
+            "debounce": rec.debounce,
+            "min_dwell": rec.min_dwell,
+        },
+        "goodput_policy": {
+            "accept_len": round(acc, 4),
+            "margin": 0.02,
+            "debounce": 4,
+            "min_dwell": 32,
+        },
+        "sglang_adaptive_config": rec.sglang_config,
+    }
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"table {out['table']} ctx={cost.ctx} shape={out['shape']} accept_len={acc:.3f} "
+        f"(alpha~{out['alpha_equiv']})"
+    )
+    print(f"{'bs':>5} {'plain tok/s':>12} {'spec tok/s':>12} {'speedup':>8}")
+    for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        p, s = cost.plain_tps(bs), cost.spec_tps(bs, acc)
+        print(f"{bs:>5} {p:>12.0f} {s:>12.0f} {s / p:>8.2f}")
+    xo = rec.crossover_bs
+    print(f"crossover bs: {xo if xo is not None else '> 1024 (speculation always wins)'}")
+    print(
+        f"ThresholdPolicy(high={rec.threshold_high}, low={rec.threshold_low}, "
+        f"debounce={rec.debounce}, min_dwell={rec.min_dwell})"
+    )
+    print(f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32)")
+    if a.shape.topk != 1:
+        print("note: SGLang 0.5.23 adaptive supports topk=1 only; the config below uses chains")
+    print("SGLang --speculative-adaptive --speculative-adaptive-config <file with>:")
+    print(json.dumps(rec.sglang_config))
+    return 0
+
+
+# ------------------------------------------------------------------------------ line-up
+def lineup(
+    fit: CostModel,
+    shape: DraftShape,
+    alpha: float,
+    *,
+    prefer_specfsm: bool = True,
+    names: Sequence[str] | None = None,
+) -> list[Controller]:
+    """Every policy, each with its best static parameters from the FIT cost model."""
+    acc = accept_length(alpha, shape)
+    rec = recommend(fit, acc)
+    cut = rec.threshold_high
+    fit_s = fit.with_shape(shape)
+    all_: list[Controller] = [
+        FixedController(False, shape),
+        FixedController(True, shape),
+        SGLangAdaptiveController(),
+        BatchTableController(cut, shape),
+        MaxConcurrencyController(cut, shape),
+        FSMController("specfsm-threshold", rec.threshold_policy(), shape, prefer_specfsm),
+        FSMController("specfsm-goodput", GoodputPolicy(fit_s, acc), shape, prefer_specfsm),
+    ]
+    if names:
+        all_ = [c for c in all_ if c.name in names]
+    return all_
+
+
+SPECFSM_NAMES = ("specfsm-threshold", "specfsm-goodput")
+STATIC_NAMES = ("no-spec", "always-spec")
+PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
+
+
+def traces(duration_s: float) -> list[Load]:
+    """The three time-varying traces of the sweep (closed loop, target concurrency)."""
+    return [
+        ramp(1, 256, duration_s),
+        bursts(2, 128, duration_s / 8, duration_s),
+        sinusoid(2, 200, duration_s / 3, duration_s),
+    ]
+
+
+# ------------------------------------------------------------------------------ output
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, label: str = "", enabled: bool = True) -> None:
+        self.total, self.n, self.label = total, 0, label
+        self.enabled = enabled and total > 0
+        self.t0 = time.monotonic()
+
+    def tick(self, what: str = "") -> None:
+        self.n += 1
+        if not self.enabled:
+            return
+        frac = self.n / self.total
+        bar = "#" * int(30 * frac)
+        el = time.monotonic() - self.t0
+        eta = el / frac - el if frac > 0 else 0.0
+        sys.stderr.write(
+            f"\r{self.label} [{bar:<30}] {self.n}/{self.total} "
+            f"{el:5.0f}s eta {eta:4.0f}s {what[:40]:<40}"
+        )
+        if self.n == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+COLS = (
+    "policy",
+    "tok_s",
+    "tpot_mean_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "switches_per_100",
+    "time_speculating",
+    "time_draining",
+    "time_plain",
+    "time_resyncing",
+    "iterations",
+)
+
+
+def format_table(rows: Sequence[dict[str, object]], cols: Sequence[str] = COLS) -> str:
+    hdr = [c.replace("time_", "t_").replace("_ms", "") for c in cols]
+    cells = [[str(r.get(c, "")) for c in cols] for r in rows]
+    widths = [max(len(h), *(len(x[i]) for x in cells)) for i, h in enumerate(hdr)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(hdr, widths, strict=True))]
+    lines += ["  ".join(x.rjust(w) for x, w in zip(cell, widths, strict=True)) for cell in cells]
+    return "\n".join(lines)
+
+
+def write_csv(path: str, rows: Sequence[dict[str, object]]) -> None:
+    if not rows:
+        return
+    keys = list(rows[0])
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot_throughput(
+    path: str, levels: Sequence[int], by_policy: dict[str, list[float]], title: str
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, ys in by_policy.items():
+        style = "-" if name.startswith("specfsm") else "--"
+        ax.plot(
+            levels,
+            ys,
+            style,
+            marker="o",
+            ms=3,
+            label=name,
+            lw=2 if name.startswith("specfsm") else 1,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrent requests")
+    ax.set_ylabel("output tokens/s (simulated)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_timeline(path: str, results: Sequence[RunResult], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {
+        "SPECULATING": "tab:green",
+        "DRAINING": "tab:orange",
+        "PLAIN": "tab:blue",
+        "RESYNCING": "tab:red",
+    }
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 1.9 * len(results)), sharex=True)
+    if len(results) == 1:
+        axes = [axes]
+    for ax, r in zip(axes, results, strict=True):
+        tl = r.timeline or []
+        ts = [x[0] for x in tl]
+        ax.plot(ts, [x[1] for x in tl], color="black", lw=0.6, label="decode bs")
+        for m, col in colors.items():
+            pts = [(x[0], x[1]) for x in tl if x[2] == m]
+            if pts:
+                ax.scatter([p[0] for p in pts], [0] * len(pts), c=col, s=4, marker="|", label=m)
+        ax.set_ylabel("bs", fontsize=8)
+        ax.set_title(f"{r.policy}: {r.switches} switches", fontsize=8)
+        ax.legend(fontsize=6, loc="upper right", ncol=5)
+    axes[-1].set_xlabel("simulated time (s)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------ sim CLI
+def sim_main(argv: list[str] | None = None) -> int:
+    from specfsm import sim
+
+    ap = argparse.ArgumentParser(prog="specfsm sim", description=__doc__)
+    ap.add_argument("--fit-table", default=SHARED_REF, help="table the policies are tuned on")
+    ap.add_argument(
+        "--table", default=None, help="table the run is scored on (default: --fit-table)"
+    )
+    ap.add_argument("--ctx", type=int, default=None)
+    ap.add_argument("--shape", type=parse_shape, default=SHAPES["chain3"])
+    ap.add_argument("--alpha", type=float, default=0.8)
+    ap.add_argument(
+        "--levels",
+        default="1,2,4,8,16,32,64,128,256",
+        help="fixed-concurrency levels (comma list); empty to skip",
+    )
+    ap.add_argument("--poisson", default="", help="Poisson rates req/s (comma list)")
+    ap.add_argument("--trace", choices=["none", "ramp", "bursts", "sine", "all"], default="none")
+    ap.add_argument("--duration", type=float, default=300.0, help="trace length, simulated s")
+    ap.add_argument("--iterations", type=int, default=3000, help="per fixed level")
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--policies", default="", help="comma list of names (default: all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    fit = CostModel(load_table(a.fit_table), a.shape, ctx=a.ctx)
+    score = CostModel(load_table(a.table or a.fit_table), a.shape, ctx=a.ctx)
+    if (a.table or a.fit_table) == a.fit_table:
+        print("warning: scored on the table the policies were fitted on", file=sys.stderr)
+    names = [n for n in a.policies.split(",") if n] or None
+    os.makedirs(a.out, exist_ok=True)
+    loads: list[tuple[Load, int | None, int]] = []
+    levels = [int(x) for x in a.levels.split(",") if x]
+    loads += [(fixed_concurrency(c), a.iterations + a.warmup, a.warmup) for c in levels]
+    loads += [(sim.poisson(float(r), a.duration), None, 0) for r in a.poisson.split(",") if r]
+    tr = {t.name.split("-")[0].rstrip("0123456789."): t for t in traces(a.duration)}
+    pick = {
+        "ramp": ["ramp"],
+        "bursts": ["bursts"],
+        "sine": ["sine"],
+        "all": ["ramp", "bursts", "sine"],
+    }
+    for k in pick.get(a.trace, []):
+        loads.append((tr[k], None, 0))
+    n_pol = len(lineup(fit, a.shape, a.alpha, names=names))
+    prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
+    all_rows: list[dict[str, object]] = []
+    tput: dict[str, list[float]] = {}
+    for load, iters, warm in loads:
+        rows = []
+        timelines = []
+        for ctl in lineup(fit, a.shape, a.alpha, names=names):
+            r = sim.run(
+                ctl,
+                load,
+                score,
+                a.alpha,
+                seed=a.seed,
+                iterations=iters,
+                warmup_iterations=warm,
+                record_timeline=iters is None,
+            )
+            rows.append(r.row())
+            if iters is not None:
+                tput.setdefault(ctl.name, []).append(r.tok_s)
+            elif ctl.name in ("specfsm-goodput", "sglang-adaptive", "vllm-bs-table"):
+                timelines.append(r)
+            prog.tick(f"{load.name} {ctl.name}")
+        print(
+            f"\n== load {load.name}  (shape {a.shape.label()}, alpha {a.alpha}, "
+            f"fit {fit.table.source}, score {score.table.source})"
+        )
+        print(format_table(rows))
+        all_rows += rows
+        if timelines:
+            plot_timeline(
+                os.path.join(a.out, f"timeline_{load.name.replace('/', '_')}.png"),
+                timelines,
+                f"{load.name}, {a.shape.label()}, alpha {a.alpha}",
+            )
+    write_csv(os.path.join(a.out, "sim.csv"), all_rows)
+    if levels and tput:
+        plot_throughput(
+            os.path.join(a.out, "throughput_vs_concurrency.png"),
+            levels,
+            tput,
+            f"{a.shape.label()}, alpha {a.alpha}, scored on {score.table.source}",
+        )
+    print(f"\nwrote {a.out}/sim.csv and plots", file=sys.stderr)
+    return 0 if all(math.isfinite(float(str(r["tok_s"]))) for r in all_rows) else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(sim_main())
