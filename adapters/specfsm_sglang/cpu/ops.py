@@ -1,0 +1,339 @@
+"""Pure-torch ports of the ``sgl_kernel`` CPU ops SGLang 0.5.23's EAGLE path calls on CPU.
+
+Each function has the name and argument order of the ``sgl_kernel`` op SGLang calls under
+``if _is_cpu:`` and reproduces the semantics of SGLang's GPU kernel of the same name (a Triton
+kernel in the sglang package, or its Triton twin for the two CUDA-JIT tree kernels). Paths are
+relative to the installed ``sglang/`` package, release 0.5.23. Outputs are written in place,
+exactly like the kernels (the ops return None).
+
+Unit tests: ``tests/cpu/test_ops.py`` compares every op with the SGLang Triton kernel run in
+Triton's CPU interpreter (``TRITON_INTERPRET=1``) or, where the interpreter cannot run it (raw
+pointers), with a naive reference written from the kernel's semantics.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+__all__ = [
+    "assign_draft_cache_locs_contiguous_cpu",
+    "assign_extend_cache_locs_cpu",
+    "assign_req_to_token_pool_cpu",
+    "build_tree_kernel_efficient_cpu",
+    "copy_all_layer_kv_cache_cpu",
+    "fill_accept_out_cache_loc_cpu",
+    "fill_bonus_tokens_cpu",
+    "verify_tree_greedy_cpu",
+]
+
+# TreeMaskMode values (kernels/ops/speculative/spec_tree.py:46-49).
+_FULL_MASK = 0
+_QLEN_ONLY = 1
+
+
+def _segments(start: torch.Tensor, end: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(start, end, out_offset) per row; out_offset = sum of the previous rows' lengths."""
+    starts = [int(x) for x in start.tolist()]
+    ends = [int(x) for x in end.tolist()]
+    out, offset = [], 0
+    for s, e in zip(starts, ends):
+        out.append((s, e, offset))
+        offset += max(e - s, 0)
+    return out
+
+
+def copy_all_layer_kv_cache_cpu(
+    data_ptrs: torch.Tensor,
+    strides: torch.Tensor,
+    tgt_loc: torch.Tensor,
+    src_loc: torch.Tensor,
+) -> None:
+    """Port of ``copy_all_layer_kv_cache_tiled`` (``kernels/ops/kvcache/cache_move.py:146-178``).
+
+    For every buffer ``b`` (raw base address ``data_ptrs[b]``, row size ``strides[b]`` bytes),
+    copy row ``src_loc[i]`` to row ``tgt_loc[i]`` for all i. Like the kernel, all source rows
+    are read before any target row is written ("safe for in-place copy"). Called by
+    ``MHATokenToKVPool.move_kv_cache`` (``mem_cache/memory_pool.py:3423-3492``; topk>1 trees
+    move the accepted path's KV) and its warm-up (``memory_pool.py:2420``).
+    """
+    n = int(tgt_loc.numel())
+    if n == 0:
+        return
+    tgt = tgt_loc.to(torch.int64).reshape(-1)
+    src = src_loc.to(torch.int64).reshape(-1)
+    rows = int(torch.maximum(tgt.max(), src.max()).item()) + 1
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist()):
+        stride = int(stride)
+        # A uint8 view of the first `rows` rows of this buffer (no copy).
+        raw = (ctypes.c_uint8 * (rows * stride)).from_address(int(ptr))
+        buf = torch.frombuffer(raw, dtype=torch.uint8).view(rows, stride)
+        buf[tgt] = buf[src]  # advanced indexing gathers (copies) the sources first
+
+
+def assign_req_to_token_pool_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
+    """Port of ``assign_req_to_token_pool`` (``mem_cache/allocation.py:691-723``).
+
+    Row i: ``req_to_token[req_pool_indices[i], start[i]:end[i]] =
+    out_cache_loc[o_i : o_i + end[i] - start[i]]`` with ``o_i = sum_{j<i} (end[j] - start[j])``.
+    Called by ``alloc_for_spec_decode`` (``allocation.py:746``). ``pool_len`` is the row
+    stride of ``req_to_token`` (its second dimension).
+    """
+    assert req_to_token.shape[1] == pool_len
+    for i, (s, e, o) in enumerate(_segments(start_offset, end_offset)):
+        if e > s:
+            row = int(req_pool_indices[i])
+            req_to_token[row, s:e] = out_cache_loc[o : o + e - s].to(req_to_token.dtype)
+
+
+def assign_extend_cache_locs_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    start_offset: torch.Tensor,
+    end_offset: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+) -> None:
+    """Port of ``assign_extend_cache_locs`` (``kernels/ops/speculative/cache_locs.py:499-531``).
+
+    The inverse direction of :func:`assign_req_to_token_pool_cpu`: row i copies
+    ``req_to_token[req_pool_indices[i], start[i]:end[i]]`` to the packed output
+    ``out_cache_loc[o_i : o_i + end[i] - start[i]]``. Called by
+    ``assign_extend_cache_locs_func`` (``cache_locs.py:763``, verify slots) and
+    ``fill_front_out_cache_loc_func`` (``cache_locs.py:740``, topk>1 accepted-path targets).
+    """
+    assert req_to_token.shape[1] == pool_len
+    for i, (s, e, o) in enumerate(_segments(start_offset, end_offset)):
+        if e > s:
+            row = int(req_pool_indices[i])
+            out_cache_loc[o : o + e - s] = req_to_token[row, s:e].to(out_cache_loc.dtype)
+
+
+def assign_draft_cache_locs_contiguous_cpu(
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    pool_len: int,
+    topk: int,
+    num_cols: int,
+) -> None:
+    """Port of ``assign_draft_cache_locs_contiguous`` (``kernels/ops/speculative/cache_locs.py:42-82``).
+
+    Request i copies its ``topk * num_cols`` slots from ``seq_lens[i]`` on:
+    ``out_cache_loc[i*w : (i+1)*w] = req_to_token[req_pool_indices[i], L_i : L_i + w]`` with
+    ``w = topk * num_cols``. (The CPU call passes no positions: ``cache_locs.py:97-108``.)
+    Called by ``prepare_for_draft`` (``speculative/eagle_worker_common.py:287``).
+    """
+    assert req_to_token.shape[1] == pool_len
+    width = topk * num_cols
+    if width == 0 or seq_lens.numel() == 0:
+        return
+    rows = req_pool_indices.to(torch.int64)
+    cols = seq_lens.to(torch.int64).view(-1, 1) + torch.arange(width, device=seq_lens.device)
+    gathered = req_to_token[rows.view(-1, 1), cols]
+    out_cache_loc[: rows.numel() * width] = gathered.reshape(-1).to(out_cache_loc.dtype)
+
+
+def fill_bonus_tokens_cpu(
+    accept_tokens: torch.Tensor,
+    accept_lens: torch.Tensor,
+    bonus_tokens: torch.Tensor,
+    accept_stride: int,
+) -> None:
+    """Port of ``fill_bonus_tokens`` (``kernels/ops/speculative/eagle.py:13-29``).
+
+    ``bonus_tokens[i] = accept_tokens.flat[accept_stride * i + accept_lens[i] - 1]``: the last
+    accepted token of request i (``accept_lens`` counts the bonus token). Called by
+    ``run_eagle_verify`` (``speculative/eagle_worker_common.py:748``).
+    """
+    bs = accept_lens.numel()
+    if bs == 0:
+        return
+    flat = accept_tokens.reshape(-1)
+    idx = torch.arange(bs, device=accept_lens.device) * accept_stride + accept_lens.to(
+        torch.int64
+    ) - 1
+    bonus_tokens[:bs] = flat[idx].to(bonus_tokens.dtype)
+
+
+def fill_accept_out_cache_loc_cpu(
+    accept_index: torch.Tensor,
+    out_cache_loc: torch.Tensor,
+    accept_out_cache_loc: torch.Tensor,
+) -> None:
+    """Port of ``fill_accept_out_cache_loc`` (``kernels/ops/speculative/eagle.py:55-70``).
+
+    Over the flattened ``accept_index`` (``-1`` = not accepted), entry p with ``src =
+    accept_index[p] > -1`` writes ``out_cache_loc[src]`` to ``accept_out_cache_loc[dst]``, where
+    ``dst`` counts the entries ``!= -1`` before p (a stream compaction). Called by
+    ``move_accept_tokens_to_target_kvcache`` (``speculative/spec_utils.py:901``) for topk>1.
+    """
+    flat = accept_index.reshape(-1).to(torch.int64)
+    if flat.numel() == 0:
+        return
+    counted = (flat != -1).to(torch.int64)
+    dst = torch.cumsum(counted, 0) - counted
+    write = flat > -1
+    accept_out_cache_loc[dst[write]] = out_cache_loc[flat[write]].to(accept_out_cache_loc.dtype)
+
+
+def build_tree_kernel_efficient_cpu(
+    parent_list: torch.Tensor,
+    selected_index: torch.Tensor,
+    verified_seq_len: torch.Tensor,
+    tree_mask: torch.Tensor,
+    positions: torch.Tensor,
+    retrieve_index: torch.Tensor,
+    retrieve_next_token: torch.Tensor,
+    retrieve_next_sibling: torch.Tensor,
+    topk: int,
+    depth: int,
+    draft_token_num: int,
+    tree_mask_mode: int,
+) -> None:
+    """Port of ``sgl_build_tree_kernel_efficient_triton`` (``kernels/ops/speculative/spec_tree.py:52-208``),
+    the Triton twin of the CUDA-JIT ``build_tree_kernel_efficient``
+    (``kernels/ops/speculative/tree.py:30``).
+
+    Per request b (T = ``draft_token_num``; node 0 is the root = bonus token, node i>0 is
+    draft candidate ``selected_index[b, i-1]``; a candidate's parent is found through
+    ``parent_list[b, selected_index // topk]``):
+
+    * ``retrieve_index[b, i] = b*T + i``; ``retrieve_next_token[b, parent] = i`` for the
+      highest-numbered child, ``retrieve_next_sibling[b, i]`` links the other children (the
+      loop runs i = T-1 .. 1, so each parent's first child ends up in ``next_token``);
+    * ``positions[b*T + i] = seq_len + depth(i)``;
+    * ``tree_mask``: node i sees the root, itself and its ancestors. QLEN_ONLY: a [T, T] block
+      per request at ``b*T*T``; FULL_MASK: rows of ``seq_len + T`` columns at
+      ``T*T*b + seq_len_prefix_sum*T`` whose first ``seq_len`` columns the caller filled with
+      True (``speculative/eagle_utils.py:159-199``).
+
+    ``retrieve_*`` must arrive filled with -1 (``eagle_utils.py:201-204``), as for the kernel.
+    Called through ``build_tree_kernel_efficient_func`` (``spec_tree.py:410-424``).
+    """
+    if tree_mask_mode not in (_FULL_MASK, _QLEN_ONLY):
+        raise NotImplementedError(f"tree_mask_mode={tree_mask_mode} (only FULL_MASK/QLEN_ONLY)")
+    T = draft_token_num
+    bs = verified_seq_len.numel()
+    seq_lens = [int(x) for x in verified_seq_len.tolist()]
+    sel_all = selected_index.reshape(bs, -1).tolist()
+    par_all = parent_list.reshape(bs, -1).tolist() if parent_list.numel() else [[]] * bs
+    mask = tree_mask.reshape(-1)
+    prefix_sum = 0
+    for b in range(bs):
+        seq_len = seq_lens[b]
+        sel = sel_all[b]
+        par = par_all[b]
+
+        def parent_pos(cand: int, sel: list[int] = sel, par: list[int] = par) -> int | None:
+            """Index (0-based in ``sel``) of candidate ``cand``'s parent, -1 = root, None = lost."""
+            tb = sel[cand] // topk
+            if tb == 0:
+                return -1
+            parent_token = par[tb]
+            for pp in range(T - 1):
+                if sel[pp] == parent_token:
+                    return pp
+            return None
+
+        base = b * T
+        positions[base] = seq_len
+        for i in range(T - 1, 0, -1):
+            retrieve_index[b, i] = base + i
+            pos = parent_pos(i - 1)
+            if pos is None:
+                continue
+            parent = pos + 1  # node number
+            nxt = int(retrieve_next_token[b, parent])
+            retrieve_next_token[b, parent] = i
+            if nxt != -1:
+                retrieve_next_sibling[b, i] = nxt
+        retrieve_index[b, 0] = base
+
+        if tree_mask_mode == _FULL_MASK:
+            row_len = seq_len + T
+            first = T * T * b + prefix_sum * T + seq_len  # column of node 0 in row 0
+        else:
+            row_len = T
+            first = T * T * b
+        for x in range(T):
+            row0 = first + row_len * x  # position of node 0 in this row
+            mask[row0] = True
+            mask[row0 + 1 : row0 + T] = False
+            if x == 0:
+                continue
+            cur, level = x - 1, 0
+            for _ in range(depth):
+                level += 1
+                mask[row0 + 1 + cur] = True
+                nxt_pos = parent_pos(cur)
+                if nxt_pos is None or nxt_pos == -1:
+                    break
+                cur = nxt_pos
+            positions[base + x] = seq_len + level
+        prefix_sum += seq_len
+
+
+def verify_tree_greedy_cpu(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrive_index: torch.Tensor,
+    retrive_next_token: torch.Tensor,
+    retrive_next_sibling: torch.Tensor,
+    target_predict: torch.Tensor,
+) -> None:
+    """Port of ``verify_tree_greedy_kernel_triton`` (``kernels/ops/speculative/spec_tree.py:210-324``),
+    the Triton twin of the CUDA-JIT ``verify_tree_greedy`` (``kernels/ops/speculative/tree.py:61``).
+
+    Per request b, walk the draft tree from the root: at each level scan the children
+    (``next_token`` then ``next_sibling`` links) for the first whose candidate token equals the
+    target's greedy token at the last accepted node; accept it (``predicts[last] = target``,
+    ``accept_index[b, n] = retrieve_index[child]``) and descend, else stop. Finally
+    ``accept_token_num[b]`` = number of accepted draft tokens (bonus excluded) and the bonus
+    ``predicts[last] = target_predict[last]``. ``accept_index`` arrives filled with -1
+    (``speculative/eagle_utils.py``), as for the kernel. Called through
+    ``verify_tree_greedy_func`` (``spec_tree.py:508-519``). Keyword names keep SGLang's
+    ``retrive_*`` spelling (the call site passes them by keyword).
+    """
+    bs, T = candidates.shape
+    steps = accept_index.shape[1]
+    cand = candidates.tolist()
+    r_index = retrive_index.tolist()
+    r_next = retrive_next_token.tolist()
+    r_sib = retrive_next_sibling.tolist()
+    tgt = target_predict.reshape(-1).tolist()
+    pred = predicts.reshape(-1)
+    for b in range(bs):
+        last = r_index[b][0]
+        accept_index[b, 0] = last
+        n_acc = 0
+        cur = 0
+        for j in range(1, steps):
+            cur = r_next[b][cur]
+            target_token = tgt[last]
+            matched = False
+            while cur != -1:
+                if cand[b][cur] == target_token:
+                    pred[last] = target_token
+                    n_acc += 1
+                    accept_index[b, n_acc] = r_index[b][cur]
+                    last = r_index[b][cur]
+                    matched = True
+                    break
+                cur = r_sib[b][cur]
+            if not matched:
+                break
+            del j
+        accept_token_num[b] = n_acc
+        pred[last] = tgt[last]

@@ -1,0 +1,229 @@
+"""Tiny deterministic models for the SGLang CPU test bed (no hub access, ever).
+
+Every model is written from a fixed seed with ``torch.Generator`` (one generator per tensor,
+seeded from the model seed and the tensor name, so adding a tensor never changes the others),
+as a HuggingFace-style directory (``config.json`` + ``model.safetensors``) that SGLang and
+transformers load from the local path. Directories are cached under ``$SPECFSM_CACHE/models``
+(default ``~/.cache/specfsm/models``), named ``<kind>-<hash of the recipe>``, written to a
+temporary directory and renamed into place (safe under concurrent writers).
+
+Kinds (:data:`KINDS`):
+
+* ``llama``: target ``LlamaForCausalLM``, hidden 128, 2 layers, 4 heads / 2 KV heads (head dim
+  32), intermediate 256, vocab 1024, fp32, untied head.
+* ``bigram``: the same with every attention ``o_proj`` zero: the next token depends only on the
+  current token, so an identical STANDALONE draft accepts every draft token.
+* ``eagle3``: EAGLE-3 draft ``LlamaForCausalLMEagle3``, 1 layer, ``draft_vocab_size`` 1024,
+  ``target_hidden_size`` 128, two target aux layers (``eagle_aux_hidden_state_layer_ids``
+  [-1, 0]: the inputs of target layers 0 and 1), ``fc`` [128 x 256], ``d2t`` zeros (identity
+  draft->target map), ``t2d`` all True; embedding shared from the target.
+* ``eagle``: EAGLE draft ``LlamaForCausalLMEagle``, 1 layer, ``fc`` [128 x 256] + bias;
+  embedding and head shared from the target.
+* ``llama-standalone`` / ``bigram-standalone``: STANDALONE drafts, exact copies of the
+  ``llama`` / ``bigram`` target (written as their own directories).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+VOCAB = 1024
+HIDDEN = 128
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 256
+MAX_POSITIONS = 2048
+RECIPE_VERSION = 1  # bump when a recipe below changes: the cache key changes with it
+
+KINDS = ("llama", "bigram", "eagle3", "eagle", "llama-standalone", "bigram-standalone")
+
+
+def cache_root() -> Path:
+    """``$SPECFSM_CACHE/models`` or ``~/.cache/specfsm/models``."""
+    base = os.environ.get("SPECFSM_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "specfsm"
+    return root / "models"
+
+
+def _llama_config(**extra: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": VOCAB,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": MAX_POSITIONS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "initializer_range": 0.02,
+        "use_cache": True,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def _randn(seed: int, name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randn(shape, generator=gen, dtype=torch.float32) * std
+
+
+def _linear(seed: int, name: str, out_f: int, in_f: int) -> torch.Tensor:
+    return _randn(seed, name, (out_f, in_f), in_f**-0.5)
+
+
+def _decoder_layer(seed: int, prefix: str, attn_in: int, *, zero_o_proj: bool) -> dict[str, torch.Tensor]:
+    w = {
+        f"{prefix}.self_attn.q_proj.weight": _linear(seed, f"{prefix}.q", HEADS * HEAD_DIM, attn_in),
+        f"{prefix}.self_attn.k_proj.weight": _linear(seed, f"{prefix}.k", KV_HEADS * HEAD_DIM, attn_in),
+        f"{prefix}.self_attn.v_proj.weight": _linear(seed, f"{prefix}.v", KV_HEADS * HEAD_DIM, attn_in),
+        f"{prefix}.self_attn.o_proj.weight": _linear(seed, f"{prefix}.o", HIDDEN, HEADS * HEAD_DIM),
+        f"{prefix}.mlp.gate_proj.weight": _linear(seed, f"{prefix}.gate", INTERMEDIATE, HIDDEN),
+        f"{prefix}.mlp.up_proj.weight": _linear(seed, f"{prefix}.up", INTERMEDIATE, HIDDEN),
+        f"{prefix}.mlp.down_proj.weight": _linear(seed, f"{prefix}.down", HIDDEN, INTERMEDIATE),
+        f"{prefix}.input_layernorm.weight": torch.ones(HIDDEN),
+        f"{prefix}.post_attention_layernorm.weight": torch.ones(HIDDEN),
+    }
+    if zero_o_proj:
+        w[f"{prefix}.self_attn.o_proj.weight"].zero_()
+    return w
+
+
+def _target(seed: int, *, bigram: bool) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    w = {
+        "model.embed_tokens.weight": _randn(seed, "embed", (VOCAB, HIDDEN), 1.0),
+        "model.norm.weight": torch.ones(HIDDEN),
+        "lm_head.weight": _linear(seed, "lm_head", VOCAB, HIDDEN),
+    }
+    for i in range(LAYERS):
+        w.update(_decoder_layer(seed, f"model.layers.{i}", HIDDEN, zero_o_proj=bigram))
+    return _llama_config(), w
+
+
+def _eagle3(seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    aux_ids = [-1, 0]
+    cfg = _llama_config(
+        architectures=["LlamaForCausalLMEagle3"],
+        num_hidden_layers=1,
+        draft_vocab_size=VOCAB,
+        target_hidden_size=HIDDEN,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True},
+    )
+    w = _decoder_layer(seed, "midlayer", 2 * HIDDEN, zero_o_proj=False)
+    w.update(
+        {
+            "midlayer.hidden_norm.weight": torch.ones(HIDDEN),
+            "fc.weight": _linear(seed, "fc", HIDDEN, HIDDEN * len(aux_ids)),
+            "norm.weight": torch.ones(HIDDEN),
+            "lm_head.weight": _linear(seed, "lm_head", VOCAB, HIDDEN),
+            "d2t": torch.zeros(VOCAB, dtype=torch.int64),
+            "t2d": torch.ones(VOCAB, dtype=torch.bool),
+        }
+    )
+    return cfg, w
+
+
+def _eagle(seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    cfg = _llama_config(architectures=["LlamaForCausalLMEagle"], num_hidden_layers=1)
+    w = _decoder_layer(seed, "layers.0", HIDDEN, zero_o_proj=False)
+    del w["layers.0.input_layernorm.weight"]  # EAGLE's first layer has none (llama_eagle.py:52-55)
+    w.update(
+        {
+            "fc.weight": _linear(seed, "fc", HIDDEN, 2 * HIDDEN),
+            "fc.bias": _randn(seed, "fc.bias", (HIDDEN,), 0.02),
+        }
+    )
+    return cfg, w
+
+
+_SEEDS = {"llama": 1234, "bigram": 1234, "eagle3": 3333, "eagle": 4444}
+
+
+def recipe(kind: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config.json dict, state dict) of ``kind``; pure function of the kind."""
+    if kind in ("llama", "llama-standalone"):
+        return _target(_SEEDS["llama"], bigram=False)
+    if kind in ("bigram", "bigram-standalone"):
+        return _target(_SEEDS["bigram"], bigram=True)
+    if kind == "eagle3":
+        return _eagle3(_SEEDS["eagle3"])
+    if kind == "eagle":
+        return _eagle(_SEEDS["eagle"])
+    raise ValueError(f"unknown tiny model kind {kind!r}; one of {KINDS}")
+
+
+def _key(kind: str) -> str:
+    base = kind.removesuffix("-standalone")
+    blob = json.dumps([RECIPE_VERSION, base, recipe(kind)[0], _SEEDS.get(base)], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def ensure(kind: str) -> Path:
+    """Path of the cached model directory of ``kind``, writing it first if missing."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown tiny model kind {kind!r}; one of {KINDS}")
+    path = cache_root() / f"{kind}-{_key(kind)}"
+    if (path / "model.safetensors").exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg, weights = recipe(kind)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=path.parent))
+    try:
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        (tmp / "generation_config.json").write_text(
+            json.dumps({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False})
+        )
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / "model.safetensors"))
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not (path / "model.safetensors").exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def target_path(target: str = "llama") -> Path:
+    """The target model directory: ``"llama"`` or ``"bigram"``."""
+    if target not in ("llama", "bigram"):
+        raise ValueError(f"target must be 'llama' or 'bigram', got {target!r}")
+    return ensure(target)
+
+
+def draft_path(spec: str, target: str = "llama") -> Path:
+    """The draft directory for speculative algorithm ``spec`` (EAGLE3 / EAGLE / STANDALONE);
+    a STANDALONE draft is an identical copy of ``target``."""
+    spec = spec.upper()
+    if spec == "EAGLE3":
+        return ensure("eagle3")
+    if spec == "EAGLE":
+        return ensure("eagle")
+    if spec == "STANDALONE":
+        target_path(target)
+        return ensure(f"{target}-standalone")
+    raise ValueError(f"speculative algorithm must be EAGLE3, EAGLE or STANDALONE, got {spec!r}")
