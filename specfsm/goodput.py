@@ -11,7 +11,8 @@ SPECULATING, so a PLAIN stretch leaves the last estimate in place). It moves tow
 whose predicted goodput is higher by more than `margin` (relative hysteresis), after `debounce`
 consecutive iterations agreeing and at least `min_dwell` iterations in the current mode.
 Leaving PLAIN additionally requires that the time saved over `horizon` iterations pays for the
-RESYNCING catch-up (a draft-extend over the lag tokens, estimated as bs x iterations in PLAIN).
+RESYNCING catch-up (a draft-extend over the lag tokens, estimated as bs x iterations in PLAIN,
+at most `lag_cap` per request since requests turn over).
 
 Inputs are `decode_bs` and `accept_lens` only (identical on every TP/DP rank), so ranks agree.
 State: the EMA, a streak counter, the mode-entry iteration, and a per-bs prediction cache.
@@ -37,6 +38,7 @@ class GoodputPolicy:
         debounce: int = 4,
         min_dwell: int = 32,
         horizon: int = 64,
+        lag_cap: int = 256,
     ) -> None:
         if accept_len < 1.0:
             raise ValueError(f"GoodputPolicy: accept_len (incl. bonus) must be >= 1: {accept_len}")
@@ -54,6 +56,7 @@ class GoodputPolicy:
         self.debounce = debounce
         self.min_dwell = min_dwell
         self.horizon = horizon
+        self.lag_cap = lag_cap
         self.last_reason = ""
         self._mode: Mode | None = None
         self._since = 0
@@ -94,7 +97,7 @@ class GoodputPolicy:
             past = spec > plain * (1.0 + self.margin)
             if past:
                 p_ms, s_ms = self._costs(bs)
-                lag = bs * max(1, obs.iteration - self._since)
+                lag = bs * min(self.lag_cap, max(1, obs.iteration - self._since))
                 saved = self.horizon * (p_ms - s_ms / self.ema_accept_len)
                 past = saved > self.cost.catchup_ms(bs, lag)
         else:
@@ -124,5 +127,6 @@ class GoodputPolicy:
             "debounce": self.debounce,
             "min_dwell": self.min_dwell,
             "horizon": self.horizon,
+            "lag_cap": self.lag_cap,
             "cost": self.cost.describe(),
         }

@@ -424,6 +424,7 @@ class RunResult:
     switches: int
     mode_time_s: dict[str, float]
     timeline: list[tuple[float, int, str]] | None = None
+    decode_ms: list[float] = attrs.Factory(list)  # per finished request, aligned with tpot_ms
 
     @property
     def switches_per_100(self) -> float:
@@ -435,6 +436,14 @@ class RunResult:
         s = sorted(xs)
         i = min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))
         return s[i]
+
+    @property
+    def tpot_time_weighted(self) -> float:
+        """TPOT averaged over time: requests weighted by their decode duration."""
+        tot = sum(self.decode_ms)
+        if not tot:
+            return float("nan")
+        return sum(tp * d for tp, d in zip(self.tpot_ms, self.decode_ms, strict=True)) / tot
 
     @property
     def tpot_mean(self) -> float:
@@ -450,6 +459,7 @@ class RunResult:
             "load": self.load,
             "tok_s": round(self.tok_s, 1),
             "tpot_mean_ms": round(self.tpot_mean, 3),
+            "tpot_time_weighted_ms": round(self.tpot_time_weighted, 3),
             "tpot_p50_ms": round(self.pct(self.tpot_ms, 50), 3),
             "tpot_p99_ms": round(self.pct(self.tpot_ms, 99), 3),
             "ttft_p50_ms": round(self.pct(self.ttft_ms, 50), 2),
@@ -533,6 +543,7 @@ def run(
     last_sig: object = None
     mode_time = dict.fromkeys(MODE_NAMES, 0.0)
     tpots: list[float] = []
+    decode_ms: list[float] = []
     ttfts: list[float] = []
     timeline: list[tuple[float, int, str]] | None = [] if record_timeline else None
     accept_lens: tuple[int, ...] = ()
@@ -648,6 +659,7 @@ def run(
                     ol = out_len[idx]
                     tp = (t - t_first[idx]) / np.maximum(ol - 1, 1) * 1000.0
                     tpots.extend(tp.tolist())
+                    decode_ms.extend(((t - t_first[idx]) * 1000.0).tolist())
                     ttfts.extend(((t_first[idx] - t_arrive[idx]) * 1000.0).tolist())
                 alive[idx] = False
                 decoding[idx] = False
@@ -677,4 +689,5 @@ def run(
         switches=switches,
         mode_time_s=mode_time,
         timeline=timeline,
+        decode_ms=decode_ms,
     )
