@@ -1,0 +1,128 @@
+"""Cost model and acceptance model pinned to hand-computed values from the shared H200 table."""
+
+from __future__ import annotations
+
+import pytest
+
+from specfsm.acceptance import (
+    DraftShape,
+    accept_length,
+    alpha_from_accept_length,
+    chain_accept_length,
+    depth_widths,
+)
+from specfsm.costs import SHARED_REF, CostModel, load_table, packaged_tables, parse_table
+
+
+@pytest.fixture(scope="module")
+def model() -> CostModel:
+    return CostModel(load_table(SHARED_REF), DraftShape.chain(3))
+
+
+def test_shared_table_is_packaged() -> None:
+    """The shared reference table ships as package data and loads by name."""
+    assert SHARED_REF in packaged_tables()
+    t = load_table(SHARED_REF)
+    assert t.models == ["eagle3_draft8b", "llama8b"]
+    assert t.contexts("llama8b") == [1024]
+
+
+def test_exact_rows(model: CostModel) -> None:
+    """Measured points come back exactly (plain bs=1, verify 16 at bs=64)."""
+    assert model.plain_ms(1) == pytest.approx(4.8831)
+    assert model.target_ms(64, 16) == pytest.approx(33.9021)
+    assert model.draft_ms(256, 4) == pytest.approx(3.2769)
+
+
+def test_interpolation_over_bs_and_q(model: CostModel) -> None:
+    """bs 48 is midway between 32 and 64; q 3 midway between 2 and 4."""
+    assert model.target_ms(48, 1) == pytest.approx((6.2061 + 7.3475) / 2)
+    assert model.target_ms(64, 3) == pytest.approx((14.8947 + 15.7479) / 2)
+    # both at once: bs 48, q 3 = mean of the four corners
+    corners = (9.4338 + 10.8177 + 14.8947 + 15.7479) / 4
+    assert model.target_ms(48, 3) == pytest.approx(corners)
+
+
+def test_extrapolation_and_zero(model: CostModel) -> None:
+    """Past bs 256 the last segment extends linearly; bs 0 costs nothing."""
+    slope = (15.3596 - 10.7315) / 128
+    assert model.plain_ms(384) == pytest.approx(15.3596 + 128 * slope)
+    assert model.plain_ms(0) == 0.0
+
+
+def test_spec_iteration_cost(model: CostModel) -> None:
+    """chain3 at bs 1: verify(q=4) + 2 draft steps(q=1) + draft-extend(q=4)."""
+    assert model.spec_ms(1) == pytest.approx(5.4425 + 2 * 0.4362 + 0.4545)
+    tree = DraftShape(4, 2, 16)
+    assert model.spec_ms(64, tree) == pytest.approx(33.9021 + 1 * 0.8636 + 2.4485)
+
+
+def test_throughput_and_crossover(model: CostModel) -> None:
+    """Plain tok/s = bs/ms; crossover = first bs where plain >= spec (121 for chain3, alpha 0.8)."""
+    assert model.plain_tps(256) == pytest.approx(1000 * 256 / 15.3596)
+    acc = chain_accept_length(0.8, 3)
+    assert model.spec_tps(1, acc) == pytest.approx(1000 * acc / (5.4425 + 2 * 0.4362 + 0.4545))
+    x = model.crossover_bs(acc)
+    assert x == 121
+    assert model.plain_tps(x) >= model.spec_tps(x, acc)
+    assert model.plain_tps(x - 1) < model.spec_tps(x - 1, acc)
+
+
+def test_drain_resync_steps0_costs(model: CostModel) -> None:
+    """DRAINING = one spec iteration; RESYNCING = plain + draft-extend over lag; steps0 = q1 both."""
+    assert model.drain_ms(64) == pytest.approx(model.spec_ms(64))
+    # 64 requests x 16 lag tokens each = draft(64, q=16)
+    assert model.resync_ms(64, 64 * 16) == pytest.approx(7.3475 + 2.4485)
+    assert model.steps0_ms(256) == pytest.approx(15.3596 + 0.9060)
+
+
+def test_prefill_per_token(model: CostModel) -> None:
+    """Prefill uses the cheapest per-token cost: target(256,16)/4096 (+ draft(256,16)/4096)."""
+    assert model.prefill_ms(4096, with_draft=False) == pytest.approx(134.9111)
+    assert model.prefill_ms(4096) == pytest.approx(134.9111 + 10.1627)
+
+
+def test_parse_skips_comments_and_checks_columns() -> None:
+    """`#` lines are skipped; missing columns are an error."""
+    t = parse_table("# hdr\nmodel,bs,q,ctx,ms_per_step\n# mid\nx,1,1,1,2.0\nx,3,1,1,4.0\n")
+    assert t.ms("x", 2, 1) == pytest.approx(3.0)
+    with pytest.raises(ValueError):
+        parse_table("model,bs,q\nx,1,1\n")
+
+
+def test_ctx_interpolation() -> None:
+    """Two contexts: linear in ctx between them, clamped outside."""
+    t = parse_table("model,bs,q,ctx,ms_per_step\nm,1,1,1000,1.0\nm,1,1,3000,3.0\n")
+    assert t.ms("m", 1, 1, 2000) == pytest.approx(2.0)
+    assert t.ms("m", 1, 1, 9000) == pytest.approx(3.0)
+
+
+def test_chain_accept_formula() -> None:
+    """Chain of K: (1 - a^(K+1)) / (1 - a); K=3, a=0.8 -> 2.952."""
+    assert chain_accept_length(0.8, 3) == pytest.approx((1 - 0.8**4) / 0.2)
+    assert accept_length(0.8, DraftShape.chain(3)) == pytest.approx(2.952)
+    assert accept_length(1.0, DraftShape.chain(5)) == pytest.approx(6.0)
+
+
+def test_tree_approximation() -> None:
+    """Tree (4,2,16): 4 children per depth, b_eff 2.5; a=0.6 -> 1 + p + p^2, p = 1 - 0.4^2.5."""
+    tree = DraftShape(4, 2, 16)
+    assert depth_widths(tree) == [4, 4]
+    p = 1 - 0.4**2.5
+    assert accept_length(0.6, tree) == pytest.approx(1 + p + p * p)
+    assert accept_length(0.6, tree) > accept_length(0.6, DraftShape.chain(2))
+
+
+def test_alpha_inversion() -> None:
+    """alpha_from_accept_length inverts accept_length."""
+    for shape in (DraftShape.chain(3), DraftShape(4, 2, 16)):
+        acc = accept_length(0.7, shape)
+        assert alpha_from_accept_length(acc, shape) == pytest.approx(0.7, abs=1e-6)
+
+
+def test_bad_shapes() -> None:
+    """A chain must verify steps+1 tokens; a tree cannot have more tokens than nodes."""
+    with pytest.raises(ValueError):
+        DraftShape(1, 3, 8)
+    with pytest.raises(ValueError):
+        DraftShape(2, 2, 10)

@@ -1,0 +1,125 @@
+"""GoodputPolicy: decisions from the cost model, EMA, margin, debounce, dwell, rank invariance."""
+
+from __future__ import annotations
+
+import pytest
+
+from specfsm.acceptance import DraftShape, chain_accept_length
+from specfsm.costs import SHARED_REF, CostModel, load_table
+from specfsm.goodput import GoodputPolicy
+from specfsm.observation import Observation
+from specfsm.policies import Policy
+from specfsm.table import TRANSITIONS, Event, Mode
+
+ACC = chain_accept_length(0.8, 3)  # 2.952; crossover bs 121 on the shared table
+
+
+@pytest.fixture(scope="module")
+def cost() -> CostModel:
+    return CostModel(load_table(SHARED_REF), DraftShape.chain(3))
+
+
+def drive(p: GoodputPolicy, mode: Mode, bs: int, n: int, start: int = 0, acc: tuple[int, ...] = ()):
+    """Feed n identical observations; return (iteration, event) of the first event or None."""
+    for i in range(start, start + n):
+        ev = p.decide(mode, Observation(iteration=i, decode_bs=bs, accept_lens=acc))
+        if ev is not None:
+            return i, ev
+    return None
+
+
+def test_is_a_policy(cost: CostModel) -> None:
+    """GoodputPolicy satisfies the Policy protocol."""
+    assert isinstance(GoodputPolicy(cost, ACC), Policy)
+
+
+def test_predict_matches_cost_model(cost: CostModel) -> None:
+    """predict() = (bs/plain_ms, bs*acc/spec_ms) in tokens/s."""
+    plain, spec = GoodputPolicy(cost, ACC).predict(1)
+    assert plain == pytest.approx(1000 / 4.8831)
+    assert spec == pytest.approx(1000 * ACC / (5.4425 + 2 * 0.4362 + 0.4545))
+
+
+def test_stays_speculating_at_low_load(cost: CostModel) -> None:
+    """At bs 8 speculation wins by ~2x: no event for 1000 iterations."""
+    assert drive(GoodputPolicy(cost, ACC), Mode.SPECULATING, 8, 1000) is None
+
+
+def test_load_high_after_dwell(cost: CostModel) -> None:
+    """At bs 256 plain wins: LOAD_HIGH exactly at iteration min_dwell (debounce already met)."""
+    p = GoodputPolicy(cost, ACC, min_dwell=32, debounce=4)
+    assert drive(p, Mode.SPECULATING, 256, 100) == (32, Event.LOAD_HIGH)
+    assert "plain" in p.last_reason
+
+
+def test_debounce_counts_consecutive(cost: CostModel) -> None:
+    """With no dwell, LOAD_HIGH needs `debounce` consecutive high iterations."""
+    p = GoodputPolicy(cost, ACC, min_dwell=0, debounce=5)
+    assert drive(p, Mode.SPECULATING, 256, 100) == (4, Event.LOAD_HIGH)
+
+
+def test_load_low_from_plain(cost: CostModel) -> None:
+    """In PLAIN at bs 4 the policy returns to speculation (LOAD_LOW)."""
+    p = GoodputPolicy(cost, ACC, min_dwell=10, debounce=2)
+    assert drive(p, Mode.PLAIN, 4, 100) == (10, Event.LOAD_LOW)
+
+
+def test_margin_dead_band(cost: CostModel) -> None:
+    """Where the two modes are within the margin, neither mode is left."""
+    p = GoodputPolicy(cost, ACC, margin=0.05, min_dwell=0)
+    bs = next(b for b in range(100, 140) if abs(p.predict(b)[1] / p.predict(b)[0] - 1) < 0.02)
+    assert drive(p, Mode.SPECULATING, bs, 200) is None
+    assert drive(GoodputPolicy(cost, ACC, margin=0.05, min_dwell=0), Mode.PLAIN, bs, 200) is None
+
+
+def test_ema_learns_low_acceptance(cost: CostModel) -> None:
+    """Accept length 1 (every draft rejected) drives the EMA down and speculation off at bs 8."""
+    p = GoodputPolicy(cost, ACC, ema_alpha=0.2, min_dwell=0)
+    hit = drive(p, Mode.SPECULATING, 8, 200, acc=(1,) * 8)
+    assert hit is not None and hit[1] is Event.LOAD_HIGH
+    assert p.ema_accept_len < 1.3
+
+
+def test_ema_frozen_outside_speculating(cost: CostModel) -> None:
+    """accept_lens seen in PLAIN do not move the EMA."""
+    p = GoodputPolicy(cost, ACC)
+    p.decide(Mode.PLAIN, Observation(iteration=0, decode_bs=300, accept_lens=(1, 1, 1)))
+    assert p.ema_accept_len == pytest.approx(ACC)
+
+
+def test_never_decides_in_draining_and_events_are_legal(cost: CostModel) -> None:
+    """DRAINING yields None; every emitted event is legal in its mode."""
+    p = GoodputPolicy(cost, ACC, min_dwell=0, debounce=1)
+    assert drive(p, Mode.DRAINING, 256, 50) is None
+    for mode in (Mode.SPECULATING, Mode.PLAIN, Mode.RESYNCING):
+        for bs in (1, 256):
+            q = GoodputPolicy(cost, ACC, min_dwell=0, debounce=1)
+            ev = q.decide(mode, Observation(iteration=0, decode_bs=bs))
+            assert ev is None or ev in TRANSITIONS[mode]
+
+
+def test_rank_invariant(cost: CostModel) -> None:
+    """Two ranks seeing the same inputs (different `rank`) decide identically."""
+    a, b = GoodputPolicy(cost, ACC), GoodputPolicy(cost, ACC)
+    mode_a = mode_b = Mode.SPECULATING
+    for i in range(400):
+        bs = 8 if (i // 100) % 2 == 0 else 250
+        ea = a.decide(mode_a, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=0))
+        eb = b.decide(mode_b, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=5))
+        assert ea == eb
+        if ea is not None:
+            mode_a = mode_b = TRANSITIONS[mode_a][ea]
+            if mode_a is Mode.DRAINING:
+                mode_a = mode_b = Mode.PLAIN
+            elif mode_a is Mode.RESYNCING:
+                mode_a = mode_b = Mode.SPECULATING
+
+
+def test_describe_and_validation(cost: CostModel) -> None:
+    """describe() names the policy; bad parameters raise."""
+    d = GoodputPolicy(cost, ACC).describe()
+    assert d["policy"] == "goodput" and d["margin"] == 0.02
+    with pytest.raises(ValueError):
+        GoodputPolicy(cost, 0.5)
+    with pytest.raises(ValueError):
+        GoodputPolicy(cost, ACC, ema_alpha=0)

@@ -1,0 +1,177 @@
+"""Simulator: closed-form cases (one request, fixed accept length), FSM semantics, peer rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specfsm.acceptance import DraftShape
+from specfsm.costs import SHARED_REF, CostModel, load_table
+from specfsm.policies import FixedPolicy, ThresholdPolicy
+from specfsm.policy_cli import recommend, sglang_equivalent, tune_main
+from specfsm.sim import (
+    BatchTableController,
+    FixedController,
+    FSMController,
+    MaxConcurrencyController,
+    SGLangAdaptiveController,
+    Workload,
+    bursts,
+    fixed_concurrency,
+    ramp,
+    run,
+    sinusoid,
+)
+
+CHAIN3 = DraftShape.chain(3)
+ONE = Workload(prompt_len=(512, 512), output_len=(101, 101), max_running=256)
+
+
+@pytest.fixture(scope="module")
+def cost() -> CostModel:
+    return CostModel(load_table(SHARED_REF), CHAIN3)
+
+
+def test_one_request_plain(cost: CostModel) -> None:
+    """1 request, no-spec: TTFT = prefill, TPOT = plain_ms(1), tokens/s = 101 / total time."""
+    r = run(
+        FixedController(False, CHAIN3),
+        fixed_concurrency(1),
+        cost,
+        0.8,
+        workload=ONE,
+        iterations=101,
+    )
+    prefill = 512 * 134.9111 / 4096
+    assert r.ttft_ms == [pytest.approx(prefill)]
+    assert r.tpot_ms == [pytest.approx(4.8831)]
+    assert r.tok_s == pytest.approx(101 / ((prefill + 100 * 4.8831) / 1000))
+    assert r.switches == 0 and r.mode_frac()["PLAIN"] == 1.0
+
+
+def test_one_request_spec_all_accepted(cost: CostModel) -> None:
+    """alpha=1: every verify commits K=4 tokens; 100 tokens take 25 spec iterations."""
+    r = run(
+        FixedController(True, CHAIN3), fixed_concurrency(1), cost, 1.0, workload=ONE, iterations=26
+    )
+    assert r.tpot_ms == [pytest.approx(25 * cost.spec_ms(1) / 100)]
+
+
+def test_one_request_spec_nothing_accepted(cost: CostModel) -> None:
+    """alpha=0: every verify commits only the bonus token; TPOT = spec_ms(1)."""
+    r = run(
+        FixedController(True, CHAIN3), fixed_concurrency(1), cost, 0.0, workload=ONE, iterations=101
+    )
+    assert r.tpot_ms == [pytest.approx(cost.spec_ms(1))]
+
+
+def test_mean_accept_matches_model(cost: CostModel) -> None:
+    """Sampled accept lengths average the model's (1 - a^4)/(1 - a) within 1%."""
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    r = run(
+        FixedController(True, CHAIN3),
+        fixed_concurrency(64),
+        cost,
+        0.8,
+        workload=wl,
+        iterations=401,
+        warmup_iterations=1,
+    )
+    per_iter = r.output_tokens / 400 / 64
+    assert per_iter == pytest.approx((1 - 0.8**4) / 0.2, rel=0.01)
+
+
+def test_fsm_drains_one_iteration_then_plain(cost: CostModel) -> None:
+    """FixedPolicy(False) through the FSM: one DRAINING iteration, then PLAIN; 1 switch."""
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3)
+    r = run(ctl, fixed_concurrency(4), cost, 0.8, workload=wl, iterations=50, record_timeline=True)
+    modes = [m for _, _, m in r.timeline or []]
+    assert modes[0] == "DRAINING" and set(modes[1:]) == {"PLAIN"}
+    assert r.switches == 1
+
+
+def test_fsm_resync_cost_is_catchup(cost: CostModel) -> None:
+    """Load 1 -> 8 -> 1: SPECULATING, DRAINING, PLAIN, RESYNCING (one iteration), SPECULATING."""
+    wl = Workload(prompt_len=(1, 1), output_len=(300, 300))
+    ctl = FSMController("thr", ThresholdPolicy(high=2, low=1, debounce=1, min_dwell=0), CHAIN3)
+    load = bursts(1, 8, period_s=4.0, duration_s=1e9)  # 1 for 2 s, then 8 for 2 s
+    r = run(ctl, load, cost, 0.8, workload=wl, iterations=3000, record_timeline=True)
+    tl = r.timeline or []
+    i = next(k for k, x in enumerate(tl) if x[2] == "RESYNCING")
+    assert tl[i + 1][2] == "SPECULATING"
+    assert r.mode_time_s["RESYNCING"] > 0 and r.switches >= 2
+
+
+def test_sglang_steps0_tax_at_high_load(cost: CostModel) -> None:
+    """SGLang adaptive at bs 64+: steps=0 costs target(bs,1) + draft(bs,1) per step."""
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    r = run(
+        SGLangAdaptiveController(),
+        fixed_concurrency(128),
+        cost,
+        0.8,
+        workload=wl,
+        iterations=101,
+        warmup_iterations=1,
+    )
+    assert r.sim_time_s * 1000 / 100 == pytest.approx(cost.steps0_ms(128))
+
+
+def test_sglang_slot_rule() -> None:
+    """Port of AdaptiveStepSlot: bs 1 starts at 3 steps; bs 9 pads to 10 (slot 8); 0 probes 1."""
+    c = SGLangAdaptiveController()
+    assert c._route(1).current_steps == 3
+    assert c._route(9) is c._route(8)
+    assert c._route(31) is c._route(32)  # 31 pads to 32
+    s = c._route(200)
+    assert s.current_steps == 0
+    slot8 = c._route(16)
+    slot8.current_steps = 0
+    for _ in range(15):
+        slot8.update(0.0)
+    assert slot8.current_steps == 1  # probed after warmup 10 + interval 5
+
+
+def test_peer_rules_no_hysteresis(cost: CostModel) -> None:
+    """vLLM table and TRT max_concurrency follow the signal every iteration."""
+    v = BatchTableController(10, CHAIN3)
+    assert v.plan(0, 10, 0, ()).kind == "spec" and v.plan(1, 10, 1, ()).kind == "warm"
+    t = MaxConcurrencyController(10, CHAIN3)
+    assert t.plan(0, 11, 0, ()).kind == "plain"
+    assert t.plan(1, 10, 0, ()).kind == "resync"
+    assert t.plan(2, 10, 0, ()).kind == "spec"
+
+
+def test_loads_shapes() -> None:
+    """Ramp, bursts and sinusoid hit their ends."""
+    assert ramp(1, 256, 100).level(50) == pytest.approx(256)
+    assert ramp(1, 256, 100).level(100) == pytest.approx(1)
+    b = bursts(2, 128, 10, 100)
+    assert (b.level(1), b.level(6)) == (2, 128)
+    s = sinusoid(2, 200, 30, 100)
+    assert s.level(0) == pytest.approx(2) and s.level(15) == pytest.approx(200)
+
+
+def test_deterministic(cost: CostModel) -> None:
+    """Same seed, same result."""
+    a = run(FixedController(True, CHAIN3), fixed_concurrency(8), cost, 0.7, iterations=300, seed=3)
+    b = run(FixedController(True, CHAIN3), fixed_concurrency(8), cost, 0.7, iterations=300, seed=3)
+    assert a.tok_s == b.tok_s and a.tpot_ms == b.tpot_ms
+
+
+def test_recommend_and_sglang_json(cost: CostModel) -> None:
+    """Threshold high = crossover-1; the SGLang steps=0 slot key lies above pad(high)."""
+    rec = recommend(cost, (1 - 0.8**4) / 0.2)
+    assert rec.crossover_bs == 121 and rec.threshold_high == 120 and rec.threshold_low < 120
+    cfg = sglang_equivalent(CHAIN3, 120)
+    assert cfg["1"] == {"candidate_steps": [3]} and cfg["128"] == {"candidate_steps": [0]}
+
+
+def test_tune_main_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specfsm tune` prints the crossover and the SGLang JSON."""
+    assert tune_main(["--alpha", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "crossover bs: 121" in out and "candidate_steps" in out
+    assert math.isfinite(1.0)
