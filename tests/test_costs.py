@@ -69,7 +69,7 @@ def test_throughput_and_crossover(model: CostModel) -> None:
 
 
 def test_drain_resync_steps0_costs(model: CostModel) -> None:
-    """DRAINING = one spec iteration; RESYNCING = plain + draft-extend over lag; steps0 = q1 both."""
+    """DRAINING = one spec iteration; RESYNCING = plain + catch-up extend; steps0 = q1 both."""
     assert model.drain_ms(64) == pytest.approx(model.spec_ms(64))
     # 64 requests x 16 lag tokens each = draft(64, q=16)
     assert model.resync_ms(64, 64 * 16) == pytest.approx(7.3475 + 2.4485)
