@@ -1,0 +1,126 @@
+"""Everything specfsm knows about SGLang's internals, in one version-aware place.
+
+Hook targets (dotted paths for `HookRegistry`), the field names the adapter reads, and the
+server-arg checks. A new SGLang version gets a new entry in `SURFACES`; 0.5.17 (the newest
+release whose torch pin matches the lent H200's torch 2.11) is expected to share 0.5.23's
+surface, and is listed as unverified until a GPU run checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Hook targets and facts of one SGLang version."""
+
+    worker: str = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
+    scheduler: str = "sglang.srt.managers.scheduler.Scheduler"
+    verified: bool = True
+
+    @property
+    def worker_init_graphs(self) -> str:  # AFTER: build the per-mode runtime states
+        return f"{self.worker}.init_cuda_graphs"
+
+    @property
+    def worker_forward(self) -> str:  # AROUND: decide, apply, check, forward
+        return f"{self.worker}.forward_batch_generation"
+
+    @property
+    def worker_verify_complete(self) -> str:  # AFTER: accept lengths (one batch late)
+        return f"{self.worker}.on_verify_complete_cpu"
+
+    @property
+    def scheduler_init(self) -> str:  # BEFORE: refuse unsupported configurations
+        return f"{self.scheduler}.__init__"
+
+    @property
+    def scheduler_next_batch(self) -> str:  # AFTER: running / queued counts
+        return f"{self.scheduler}.get_next_batch_to_run"
+
+    @property
+    def scheduler_process_result(self) -> str:  # AFTER: completion (DRAINED under overlap)
+        return f"{self.scheduler}.process_batch_result"
+
+    @property
+    def scheduler_idle(self) -> str:  # AFTER: SGLang's own pool-leak check ran
+        return f"{self.scheduler}.on_idle"
+
+
+SURFACES: dict[str, Surface] = {
+    "0.5.23": Surface(),
+    "0.5.17": Surface(verified=False),
+}
+SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
+
+
+def sglang_version() -> str:
+    from importlib.metadata import version
+
+    return version("sglang")
+
+
+def surface() -> Surface:
+    """The hook surface of the installed SGLang, or a clear error."""
+    v = sglang_version()
+    if v not in SURFACES:
+        raise RuntimeError(
+            f"specfsm supports sglang {', '.join(SURFACES)}; found {v}. Hook targets and field "
+            "names differ between versions (see docs/sglang.md, 'Upgrading')."
+        )
+    return SURFACES[v]
+
+
+def unsupported_reason(server_args: Any) -> str | None:
+    """Why specfsm refuses this server configuration at startup, or None."""
+    algo = (getattr(server_args, "speculative_algorithm", None) or "").upper()
+    if algo == "NEXTN":
+        algo = "EAGLE"
+    if algo not in SUPPORTED_ALGORITHMS:
+        return (
+            f"speculative_algorithm={algo or None}: specfsm drives EAGLE / EAGLE3 "
+            f"(supported: {', '.join(SUPPORTED_ALGORITHMS)})"
+        )
+    checks = [
+        (
+            "speculative_adaptive",
+            "SGLang's own --speculative-adaptive also swaps the runtime "
+            "state; run one controller, not two",
+        ),
+        ("enable_multi_layer_eagle", "multi-layer EAGLE has no steps=0 runtime state"),
+        ("enable_two_batch_overlap", "two-batch overlap is untested with mode switches"),
+        ("enable_pdmux", "pdmux is untested with mode switches"),
+    ]
+    for field, why in checks:
+        if getattr(server_args, field, False):
+            return f"{field}=True: {why}"
+    if int(getattr(server_args, "pp_size", 1) or 1) > 1:
+        return "pp_size > 1: the PP tail-draft relays K-wide chains between stages"
+    if (getattr(server_args, "disaggregation_mode", "null") or "null") != "null":
+        return "PD disaggregation: the decode side's spec state arrives from the prefill side"
+    return None
+
+
+def is_decode_forward(batch: Any) -> bool:
+    """True for a decode (or DP-idle) forward: the only forwards whose width specfsm sets."""
+    mode = batch.forward_mode
+    return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
+
+
+def local_batch_size(batch: Any) -> int:
+    return int(batch.seq_lens.shape[0]) if batch.seq_lens is not None else 0
+
+
+def dp_attention(server_args: Any) -> bool:
+    return bool(getattr(server_args, "enable_dp_attention", False))
+
+
+def tp_rank() -> int:
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        return int(get_parallel().tp_rank)
+    except Exception:
+        return 0

@@ -1,0 +1,55 @@
+"""Rank agreement: every TP rank and every DP-attention rank takes the same decision.
+
+- TP ranks see the same batch (requests are broadcast from rank 0) and the same accept lengths
+  (verify results are broadcast or deterministic), so a deterministic policy decides alike on
+  every rank with no communication.
+- Under DP attention each rank has its own batch, so the load signal is made global first: a
+  CPU all-reduce (gloo) of the local decode batch size over the TP CPU group, which spans the
+  DP-attention ranks; every rank then feeds the same number to the same policy and switches
+  on the same decode forward (the decision takes effect inside that forward).
+- Anything read from outside (the runtime control file) is read by rank 0 and broadcast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GlobalLoad:
+    """Sum of local decode batch sizes over a process group, divided by the number of ranks
+    that share each batch (attention-TP ranks hold copies of the same batch)."""
+
+    def __init__(self, group: Any, copies_per_batch: int = 1) -> None:
+        import torch
+
+        self._torch = torch
+        self._dist = torch.distributed
+        self.group = group
+        self.copies = max(1, copies_per_batch)
+        self._buf = torch.zeros(1, dtype=torch.int64)
+
+    def __call__(self, local_bs: int) -> int:
+        buf = self._buf
+        buf[0] = local_bs
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
+        return int(buf[0]) // self.copies
+
+
+def broadcast_object(obj: Any, group: Any, src_rank_in_group: int = 0) -> Any:
+    """Rank `src` of `group` sends `obj`; every rank returns the same object."""
+    import torch.distributed as dist
+
+    box = [obj]
+    src = dist.get_global_rank(group, src_rank_in_group) if group is not None else 0
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+def check_agreement(code: int, group: Any) -> bool:
+    """True when every rank of `group` holds the same integer (one all-reduce of [c, -c])."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.tensor([code, -code], dtype=torch.int64)
+    dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+    return int(buf[0]) == -int(buf[1])

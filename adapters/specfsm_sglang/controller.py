@@ -1,0 +1,453 @@
+"""The per-rank specfsm controller inside SGLang's scheduler process.
+
+One `Controller` per EAGLEWorkerV2 (one per scheduler rank). The hooks (hooks.py) call it at
+three points of each iteration:
+
+1. `get_next_batch_to_run` (after): note running / queued counts (rank-consistent).
+2. `forward_batch_generation` (around, decode forwards only): `before_forward` builds the
+   observation, lets the FSM step (the policy; a transition only when due), emits the
+   completion events DRAINED / RESYNCED when their condition holds, checks the contracts,
+   then SGLang's own forward runs in the width the mode attached; `after_forward` counts
+   K-wide forwards in flight.
+3. `process_batch_result` (after): a processed K-wide result leaves flight; its accept lengths
+   become the next observation's.
+
+The controller never changes mode-specific state itself: only SGLangModeActions does, inside
+transitions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from specfsm import (
+    Contracts,
+    Event,
+    FixedPolicy,
+    MachineFailed,
+    Mode,
+    ModeActionError,
+    Observation,
+    SpecFSM,
+    TransitionLog,
+    TransitionRecord,
+    json_logger,
+)
+from specfsm.actions import action_name
+from specfsm.contracts import Violation, describe
+from specfsm_sglang import compat
+from specfsm_sglang.actions import SGLangModeActions
+from specfsm_sglang.config import make_policy
+
+TEST_DIR_ENV = "SPECFSM_TEST_DIR"  # test-only channel: fault injection in, counters out
+
+
+class _FaultInjector:
+    """Wraps ModeActions; raises from chosen actions a chosen number of times (tests only)."""
+
+    def __init__(self, inner: SGLangModeActions) -> None:
+        self.inner = inner
+        self.fail: dict[str, int] = {}
+        for mode in Mode:
+            for kind in ("enter", "exit"):
+                name = action_name(kind, mode)
+                setattr(self, name, self._wrap(name, getattr(inner, name)))
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        def action(t: Any) -> None:
+            if self.fail.get(name, 0) > 0:
+                self.fail[name] -= 1
+                raise RuntimeError(f"injected failure in {name}")
+            fn(t)
+
+        return action
+
+
+class _Subject:
+    """What the contracts look at: the worker and the batch about to be forwarded."""
+
+    __slots__ = ("batch", "ctl")
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.batch: Any = None
+
+
+def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    def bs(s: _Subject) -> int:
+        return compat.local_batch_size(s.batch)
+
+    def draft_input(s: _Subject) -> Violation | None:
+        info = s.batch.spec_info
+        if info is None or isinstance(info, EagleDraftInput):
+            return None
+        return Violation("batch.spec_info", "EagleDraftInput | None", describe(info))
+
+    def rows(field: str) -> Any:
+        def check(s: _Subject) -> Violation | None:
+            value = getattr(s.batch.spec_info, field, None)
+            if value is None or s.batch.forward_mode.is_idle():
+                return None
+            shape = getattr(value, "shape", None)
+            n = bs(s)
+            if shape is None or len(shape) == 0 or int(shape[0]) != n:
+                return Violation(
+                    f"batch.spec_info.{field}", f"rows == batch size ({n})", describe(value)
+                )
+            if field in ("topk_p", "topk_index") and (len(shape) < 2 or int(shape[1]) != ctl.topk):
+                return Violation(
+                    f"batch.spec_info.{field}", f"[bs, topk={ctl.topk}]", describe(value)
+                )
+            return None
+
+        return check
+
+    def width(want_steps: int, want_tokens: int) -> Any:
+        def check(s: _Subject) -> Violation | None:
+            w = ctl.worker
+            got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
+            if got != (want_steps, want_tokens):
+                return Violation(
+                    "worker (speculative_num_steps, speculative_num_draft_tokens)",
+                    f"({want_steps}, {want_tokens})",
+                    str(got),
+                )
+            dw = w._draft_worker
+            if (dw.speculative_num_steps, dw.speculative_num_draft_tokens) != got:
+                return Violation(
+                    "draft worker width",
+                    f"same as worker {got}",
+                    str((dw.speculative_num_steps, dw.speculative_num_draft_tokens)),
+                )
+            return None
+
+        return check
+
+    common = [
+        draft_input,
+        rows("bonus_tokens"),
+        rows("topk_p"),
+        rows("topk_index"),
+        rows("hidden_states"),
+    ]
+    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens)]
+    narrow = [*common, width(0, 1)]
+    return Contracts(
+        {Mode.SPECULATING: wide, Mode.DRAINING: narrow, Mode.PLAIN: narrow, Mode.RESYNCING: narrow},
+        every=every,
+    )
+
+
+class Controller:
+    """specfsm inside one scheduler rank."""
+
+    def __init__(self, worker: Any, server_args: Any, cfg: dict[str, Any]) -> None:
+        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+
+        self.worker = worker
+        self.cfg = cfg
+        self.rank = compat.tp_rank()
+        self.topk = int(worker.topk)
+        self.spec_steps = int(worker.speculative_num_steps)
+        self.spec_tokens = int(worker.speculative_num_draft_tokens)
+        self.overlap = not bool(getattr(server_args, "disable_overlap_schedule", True))
+        dw = worker._draft_worker
+        tmr = worker._target_worker.model_runner
+        # The K-wide state SGLang built at start-up, registered as upstream's adaptive does.
+        self.spec_state = SpecRuntimeState(
+            speculative_num_steps=self.spec_steps,
+            speculative_num_draft_tokens=self.spec_tokens,
+            draft_attn_backend=dw.draft_attn_backend,
+            cuda_graph_runner=dw.cuda_graph_runner,
+            target_attn_backend=tmr.attn_backend,
+            target_graph_runner=tmr.decode_cuda_graph_runner,
+            draft_extend_attn_backend=dw.draft_extend_attn_backend,
+            cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
+        )
+        t0 = time.perf_counter()
+        self.plain_state = worker.build_adaptive_runtime_state(
+            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=_graph_bs()
+        )
+        self.build_plain_s = time.perf_counter() - t0
+
+        # per-iteration bookkeeping read by the actions and the completion events
+        self.inflight_wide = 0
+        self.resync_left = 0
+        self.resync_forwards = int(cfg["resync_forwards"])
+        self.iteration = 0
+        self.running = 0
+        self.queued = 0
+        self.accept_lens: tuple[int, ...] = ()
+        self._last_correct: list[int] | None = None
+
+        self.test_dir = os.environ.get(TEST_DIR_ENV) or None
+        actions: Any = SGLangModeActions(worker, self.spec_state, self.plain_state, self)
+        self.injector: _FaultInjector | None = None
+        if self.test_dir:
+            self.injector = _FaultInjector(actions)
+            actions = self.injector
+        log_dest = cfg.get("log")
+        if isinstance(log_dest, str) and "{rank}" in log_dest:
+            log_dest = log_dest.format(rank=self.rank)
+        self.log = TransitionLog(json_logger(log_dest) if log_dest else None, rank=self.rank)
+        initial = Mode[cfg["initial_mode"]]
+        self.fsm = SpecFSM(
+            make_policy(cfg["policy"]),
+            actions,
+            initial=initial,
+            log=self.log,
+            observe_every=int(cfg["observe_every"]),
+            observe_seconds=float(cfg["observe_seconds"]),
+        )
+        # the initial mode's state must be attached before the first forward
+        (actions.enter_speculating if initial is Mode.SPECULATING else actions.enter_plain)(None)
+        self.contracts = _build_contracts(self, int(cfg["contracts_every"]))
+        self._subject = _Subject(self)
+        self.contract_ns = 0
+
+        self.global_load: Any = None
+        self.tp_group: Any = None
+        try:
+            from sglang.srt.runtime_context import get_parallel
+
+            par = get_parallel()
+            if int(par.tp_size) > 1:
+                self.tp_group = par.tp_group.cpu_group
+            if compat.dp_attention(server_args):
+                from specfsm_sglang.consensus import GlobalLoad
+
+                self.global_load = GlobalLoad(self.tp_group, int(par.attn_tp_size))
+        except Exception:  # single process without published parallel context
+            pass
+
+        self.control_file = cfg.get("control_file")
+        self.control_every = int(cfg["control_every"])
+        self._control_mtime = 0.0
+        self._inject_mtime = 0.0
+        self._stale_inject = 0
+        self.counters: dict[str, Any] = {
+            "rank": self.rank,
+            "decode_forwards": 0,
+            "wide_forwards": 0,
+            "transitions": {},
+            "mode_forwards": {m.name: 0 for m in Mode},
+            "action_failures": 0,
+            "idle_checks": 0,
+            "contract_checks": 0,
+        }
+        self.fsm.listeners.append(self._on_transition)
+        from specfsm_sglang import metrics
+
+        self.metrics = metrics.maybe_create(server_args, self.rank)
+        self.log.config(
+            {
+                "sglang": compat.sglang_version(),
+                "algorithm": str(getattr(server_args, "speculative_algorithm", None)),
+                "steps": self.spec_steps,
+                "topk": self.topk,
+                "draft_tokens": self.spec_tokens,
+                "overlap": self.overlap,
+                "dp_attention": self.global_load is not None,
+                "plain": "warm (steps=0 runtime state: 1-token verify + 1-token draft-extend)",
+                "build_plain_state_s": round(self.build_plain_s, 3),
+                **{k: v for k, v in cfg.items() if k != "policy"},
+                "policy": self.fsm.policy.describe(),
+            }
+        )
+
+    # ------------------------------------------------------------------ hot path
+    def before_forward(self, batch: Any) -> None:
+        """Decide (and transition if due), emit completion events, check contracts."""
+        self.iteration = it = self.iteration + 1
+        if self.test_dir is not None:
+            self._poll_test_channel(batch)
+        if self.control_file is not None and it % self.control_every == 0:
+            self._poll_control()
+        bs = compat.local_batch_size(batch)
+        if self.global_load is not None:
+            bs = self.global_load(bs)
+        obs = Observation(
+            iteration=it,
+            decode_bs=bs,
+            running=self.running,
+            accept_lens=self.accept_lens,
+            queued=self.queued,
+            rank=self.rank,
+        )
+        fsm = self.fsm
+        try:
+            fsm.step(obs)
+            mode = fsm.mode
+            if mode is Mode.DRAINING:
+                if self.inflight_wide == 0:
+                    fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight")
+            elif mode is Mode.RESYNCING and self.resync_left <= 0:
+                fsm.process_event(Event.RESYNCED, obs, "draft caught up for every running request")
+        except ModeActionError:
+            # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
+            # keeps serving in PLAIN
+            self.counters["action_failures"] += 1
+        except MachineFailed:
+            self._write_counters()
+            raise
+        mode = fsm.mode
+        sub = self._subject
+        sub.batch = batch
+        if self._stale_inject:
+            self._inject_stale(batch)
+        t0 = time.perf_counter_ns()
+        self.contracts.check(mode, sub)
+        self.contract_ns += time.perf_counter_ns() - t0
+        sub.batch = None
+        c = self.counters
+        c["decode_forwards"] += 1
+        c["mode_forwards"][mode.value] += 1
+
+    def after_forward(self, batch: Any, result: Any) -> None:
+        if self.worker.speculative_num_steps > 0:
+            self.inflight_wide += 1
+            self.counters["wide_forwards"] += 1
+        elif self.resync_left > 0:
+            self.resync_left -= 1
+        if self.test_dir is not None and self.iteration % 16 == 0:
+            self._write_counters()
+
+    def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
+        self._last_correct = num_correct_drafts_per_req
+
+    def after_process_result(self, batch: Any, result: Any) -> None:
+        k = getattr(result, "speculative_num_draft_tokens", None)
+        if k is None or k <= 1 or batch.forward_mode.is_extend():
+            self._last_correct = None
+            return
+        if self.inflight_wide > 0:
+            self.inflight_wide -= 1
+        correct = self._last_correct
+        if correct is not None:
+            self.accept_lens = tuple(n + 1 for n in correct)
+            self._last_correct = None
+
+    def note_schedule(self, scheduler: Any) -> None:
+        rb = scheduler.running_batch
+        self.running = len(rb.reqs) if rb is not None else 0
+        self.queued = len(scheduler.waiting_queue)
+
+    def on_idle(self) -> None:
+        self.counters["idle_checks"] += 1
+        if self.test_dir is not None and self.counters["idle_checks"] % 64 == 1:
+            self._write_counters()
+
+    # ------------------------------------------------------------------ transitions
+    def _on_transition(self, rec: TransitionRecord) -> None:
+        key = f"{rec.src.value}->{rec.dst.value}"
+        t = self.counters["transitions"]
+        t[key] = t.get(key, 0) + 1
+        if self.metrics is not None:
+            self.metrics.transition(rec)
+        if self.test_dir is not None:
+            self._write_counters()
+
+    # ------------------------------------------------------------------ runtime control
+    def _poll_control(self) -> None:
+        """Re-read the control file when it changed (rank 0 reads, every TP rank applies)."""
+        change: Any = None
+        if self.rank == 0:
+            try:
+                mtime = os.stat(self.control_file).st_mtime
+            except OSError:
+                mtime = 0.0
+            if mtime and mtime != self._control_mtime:
+                self._control_mtime = mtime
+                try:
+                    change = json.loads(Path(self.control_file).read_text())
+                except (OSError, ValueError) as exc:
+                    change = {"error": f"{type(exc).__name__}: {exc}"}
+        if self.tp_group is not None:
+            from specfsm_sglang.consensus import broadcast_object
+
+            change = broadcast_object(change, self.tp_group)
+        if change is not None:
+            self.apply_control(change)
+
+    def apply_control(self, change: dict[str, Any]) -> None:
+        """Pin a mode or swap the policy; logged as specfsm.config with `control` set."""
+        try:
+            if "error" in change:
+                raise ValueError(change["error"])
+            pin = change.get("pin")
+            if pin is not None:
+                if pin not in ("SPECULATING", "PLAIN"):
+                    raise ValueError(f"pin must be SPECULATING, PLAIN or null: {pin!r}")
+                policy: Any = FixedPolicy(pin == "SPECULATING")
+            elif "policy" in change:
+                policy = make_policy(change["policy"])
+            else:
+                policy = make_policy(self.cfg["policy"])  # unpin: back to the configured one
+        except Exception as exc:
+            self.log.config({"control": "refused", "error": str(exc), "request": change})
+            return
+        self.fsm.policy = policy
+        self.log.config({"control": "applied", "request": change, "policy": policy.describe()})
+
+    # ------------------------------------------------------------------ test channel
+    def _poll_test_channel(self, batch: Any) -> None:
+        path = os.path.join(self.test_dir or "", "inject.json")
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            return
+        if mtime == self._inject_mtime:
+            return
+        self._inject_mtime = mtime
+        cmd = json.loads(Path(path).read_text())
+        if self.injector is not None:
+            for name, n in cmd.get("fail", {}).items():
+                self.injector.fail[name] = int(n)
+        self._stale_inject = int(cmd.get("stale_spec_info", 0))
+        if "control" in cmd:
+            self.apply_control(cmd["control"])
+
+    def _inject_stale(self, batch: Any) -> None:
+        """Tests only: the seeds' bug class, a bs x K tensor where a bs-row one belongs."""
+        info = batch.spec_info
+        if info is None or getattr(info, "bonus_tokens", None) is None:
+            return
+        self._stale_inject -= 1
+        info.bonus_tokens = info.bonus_tokens.repeat_interleave(self.spec_tokens)
+
+    def _write_counters(self) -> None:
+        c = dict(self.counters)
+        c["mode"] = self.fsm.mode.value
+        c["failed"] = self.fsm.failed
+        c["iteration"] = self.iteration
+        c["contract_ns"] = self.contract_ns
+        c["contract_checks"] = self.contracts.checked
+        path = os.path.join(self.test_dir or "", f"counters-rank{self.rank}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(c, f)
+        os.replace(tmp, path)
+
+
+def _graph_bs() -> list[int] | None:
+    """The decode CUDA-graph batch sizes, or None when graphs are off (CPU)."""
+    try:
+        from sglang.srt.model_executor.cuda_graph_config import (
+            Backend,
+            Phase,
+            check_cuda_graph_backend,
+        )
+        from sglang.srt.runtime_context import get_exec
+
+        if check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):
+            return None
+        bs = get_exec().graph.cuda_graph_bs_decode
+        return list(bs) if bs else None
+    except Exception:
+        return None

@@ -1,0 +1,108 @@
+"""specfsm's SGLang hooks (HookRegistry), registered by the plugin when specfsm is requested.
+
+| target (compat.Surface)                     | type   | what it does                              |
+|---------------------------------------------|--------|-------------------------------------------|
+| Scheduler.__init__                          | BEFORE | refuse unsupported configurations         |
+| Scheduler.__init__                          | AFTER  | prove the worker hooks ran (else refuse)  |
+| EAGLEWorkerV2.init_cuda_graphs              | AFTER  | build the 1-wide state, the controller    |
+| EAGLEWorkerV2.forward_batch_generation      | AROUND | decide, transition, check contracts       |
+| EAGLEWorkerV2.on_verify_complete_cpu        | AFTER  | accept lengths of the processed verify    |
+| Scheduler.get_next_batch_to_run             | AFTER  | running / queued counts                   |
+| Scheduler.process_batch_result              | AFTER  | K-wide batch left flight; accept lengths  |
+| Scheduler.on_idle                           | AFTER  | count SGLang's own idle leak checks       |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specfsm_sglang import compat
+from specfsm_sglang.config import ConfigError
+
+CONTROLLER_ATTR = "_specfsm_controller"
+_state: dict[str, Any] = {"cfg": None, "controller": None}
+
+
+def controller() -> Any:
+    """This process's controller (one scheduler rank per process), or None."""
+    return _state["controller"]
+
+
+def register_refusal(reason: str) -> None:
+    """Make every scheduler refuse to start with `reason` (the plugin loader swallows
+    exceptions raised in load(), so the refusal travels as a hook that raises)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise ConfigError(f"specfsm refused to start: {reason}")
+
+    HookRegistry.register(
+        f"{compat.SURFACES['0.5.23'].scheduler}.__init__", refuse, HookType.BEFORE
+    )
+
+
+def register(cfg: dict[str, Any]) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    s = compat.surface()
+    _state["cfg"] = cfg
+
+    def check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
+        reason = compat.unsupported_reason(server_args)
+        if reason is not None:
+            raise ConfigError(f"specfsm refused to start: {reason}")
+
+    def check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+        worker = getattr(self, "draft_worker", None)
+        if worker is None or getattr(worker, CONTROLLER_ATTR, None) is None:
+            raise ConfigError(
+                "specfsm refused to start: its worker hooks did not run (was EAGLEWorkerV2 "
+                "patched by another plugin first?); refusing to serve without specfsm"
+            )
+
+    def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+        from specfsm_sglang.controller import Controller
+
+        ctl = Controller(self, self.server_args, _state["cfg"])
+        setattr(self, CONTROLLER_ATTR, ctl)
+        _state["controller"] = ctl
+
+    def around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        ctl = _state["controller"]
+        if ctl is None or not compat.is_decode_forward(batch):
+            return orig(self, batch, *args, **kwargs)
+        ctl.before_forward(batch)
+        result = orig(self, batch, *args, **kwargs)
+        ctl.after_forward(batch, result)
+        return result
+
+    def after_verify_complete(result: Any, self: Any, num_correct: Any, *a: Any, **k: Any) -> None:
+        ctl = _state["controller"]
+        if ctl is not None:
+            ctl.on_verify_complete(num_correct)
+
+    def after_next_batch(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+        ctl = _state["controller"]
+        if ctl is not None:
+            ctl.note_schedule(self)
+
+    def after_process_result(
+        result: Any, self: Any, batch: Any, res: Any, *a: Any, **k: Any
+    ) -> None:
+        ctl = _state["controller"]
+        if ctl is not None:
+            ctl.after_process_result(batch, res)
+
+    def after_idle(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+        ctl = _state["controller"]
+        if ctl is not None:
+            ctl.on_idle()
+
+    HookRegistry.register(s.scheduler_init, check_args, HookType.BEFORE)
+    HookRegistry.register(s.scheduler_init, check_installed, HookType.AFTER)
+    HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)
+    HookRegistry.register(s.worker_forward, around_forward, HookType.AROUND)
+    HookRegistry.register(s.worker_verify_complete, after_verify_complete, HookType.AFTER)
+    HookRegistry.register(s.scheduler_next_batch, after_next_batch, HookType.AFTER)
+    HookRegistry.register(s.scheduler_process_result, after_process_result, HookType.AFTER)
+    HookRegistry.register(s.scheduler_idle, after_idle, HookType.AFTER)
