@@ -12,8 +12,18 @@ steps and the seeds' tree (topk 4, 2 steps, 16 draft tokens), alpha 0.6 and 0.8.
     least 20,000 iterations: throughput and mean TPOT vs the static choice with the higher
     throughput on that trace, and switches per 100 iterations.
 
-"specfsm" in the goals is GoodputPolicy (specfsm-goodput); ThresholdPolicy is printed too.
-Ends with one summary line per goal: `name: value (goal ...)`.
+"specfsm" in the goals is GoodputPolicy through the FSM, in two PLAIN variants, each with its
+own goal lines:
+  specfsm-warm      what the SGLang adapter ships: PLAIN = SGLang's steps=0 runtime state (a
+                    1-token verify + a 1-token draft-extend every step: the same per-step tax
+                    SGLang adaptive pays at steps=0), DRAINING and RESYNCING one such forward.
+  specfsm-zero-tax  the follow-up issue's design target: PLAIN = plain decode, lag buffer,
+                    batched catch-up draft-extend at RESYNCING, lazy draft prefill (requests
+                    admitted while PLAIN skip the draft's prefill; --zero-tax-eager-prefill
+                    turns that off).
+"mean TPOT" (the goal) is the issue's: the mean over finished requests of each request's
+decode time / (tokens - 1). Token-weighted and wall-clock-window TPOT are printed as info.
+Ends with one summary line per goal and variant: `name[variant]: value (goal ...)`.
 """
 
 from __future__ import annotations
@@ -27,10 +37,19 @@ import time
 from typing import Any
 
 from specfsm.acceptance import DraftShape, accept_length
-from specfsm.costs import SHARED_REF, CostModel, load_table, packaged_tables
+from specfsm.costs import (
+    PLAIN_WARM,
+    PLAIN_ZERO_TAX,
+    SHARED_REF,
+    CostModel,
+    load_table,
+    packaged_tables,
+)
 from specfsm.policy_cli import (
     PEER_NAMES,
     STATIC_NAMES,
+    WARM_NAME,
+    ZERO_TAX_NAME,
     Progress,
     format_table,
     lineup,
@@ -40,61 +59,53 @@ from specfsm.policy_cli import (
     traces,
     write_csv,
 )
-from specfsm.sim import fixed_concurrency, run
+from specfsm.sim import RunResult, fixed_concurrency, run
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
 ALPHAS = (0.6, 0.8)
-MAIN = "specfsm-goodput"
+VARIANTS = (WARM_NAME, ZERO_TAX_NAME)
+THRESHOLD = "specfsm-threshold-warm"
+TIMELINE_POLICIES = (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table")
+#: measured tables, in the order the default score table is picked
+MEASURED = ("h200_sglang0517_llama8b", "h200_llama8b_ctx4096", "h200_llama8b_ctx1024")
 
 
 def default_score_table(fit: str) -> str:
-    """A measured table other than the fit table, preferring a different context length."""
+    """A measured table other than the fit table (the in-SGLang one first)."""
     have = packaged_tables()
-    for cand in ("h200_llama8b_ctx4096", "h200_sglang0517_llama8b", "h200_llama8b_ctx1024"):
+    for cand in MEASURED:
         if cand in have and cand != fit:
             return cand
     return fit
 
 
+def _cost(name: str, ctx: int | None, shape: DraftShape) -> CostModel:
+    return CostModel(load_table(name), shape, ctx=ctx)
+
+
 def _task(args: tuple[Any, ...]) -> tuple[tuple[str, float, str], str, dict[str, Any], Any]:
-    (
-        shape_name,
-        alpha,
-        load_kind,
-        load_arg,
-        pol_name,
-        fit_name,
-        score_name,
-        duration,
-        iters,
-        warm,
-        seed,
-        lazy,
-        record,
-    ) = args
-    shape = SHAPES[shape_name]
-    fit = CostModel(load_table(fit_name), shape)
-    score = CostModel(load_table(score_name), shape)
-    ctl = next(c for c in lineup(fit, shape, alpha) if c.name == pol_name)
+    (sn, alpha, load_kind, load_arg, pol_name, fit_spec, score_spec, duration, iters, warm,
+     seed, lazy, record) = args  # fmt: skip
+    shape = SHAPES[sn]
+    fit = _cost(*fit_spec, shape)
+    score = _cost(*score_spec, shape)
+    ctl = next(
+        c for c in lineup(fit, shape, alpha, zero_tax_lazy_prefill=lazy) if c.name == pol_name
+    )
     if load_kind == "conc":
         load = fixed_concurrency(int(load_arg))
-        r = run(
-            ctl,
-            load,
-            score,
-            alpha,
-            seed=seed,
-            iterations=iters + warm,
-            warmup_iterations=warm,
-            lazy_draft_prefill=lazy,
-        )
+        r = run(ctl, load, score, alpha, seed=seed, iterations=iters + warm, warmup_iterations=warm)
     else:
         load = next(t for t in traces(duration) if t.name == load_arg)
-        r = run(ctl, load, score, alpha, seed=seed, record_timeline=record, lazy_draft_prefill=lazy)
+        r = run(ctl, load, score, alpha, seed=seed, record_timeline=record)
     row = r.row()
     tl = r.timeline[::4] if r.timeline else None
-    return (shape_name, alpha, load.name), pol_name, row, tl
+    return (sn, alpha, load.name), pol_name, row, tl
+
+
+def _f(row: dict[str, Any], key: str) -> float:
+    return float(row[key])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,17 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--fit-table", default=SHARED_REF, help=f"one of {packaged_tables()} or a path")
+    ap.add_argument("--fit-ctx", type=int, default=None, help="default: the table's first ctx")
     ap.add_argument("--score-table", default=None, help="default: a measured table != fit table")
+    ap.add_argument("--score-ctx", type=int, default=None, help="default: the table's first ctx")
     ap.add_argument("--duration", type=float, default=500.0, help="trace length (simulated s)")
     ap.add_argument("--iterations", type=int, default=4000, help="measured iterations per level")
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--lazy-draft-prefill",
+        "--zero-tax-eager-prefill",
         action="store_true",
-        help="in PLAIN, prefill without the draft (prompt becomes lag); "
-        "default: SGLang 0.5.23 behaviour (draft prefilled always)",
+        help="specfsm-zero-tax prefills through the draft in PLAIN too (default: lazy)",
     )
     ap.add_argument("--out", default="out/policy_sweep")
     ap.add_argument("--quick", action="store_true", help="smoke test: short traces, few iterations")
@@ -120,70 +132,54 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.duration, a.iterations, a.warmup = 40.0, 600, 200
     score_name = a.score_table or default_score_table(a.fit_table)
-    same = score_name == a.fit_table
+    fit_spec = (a.fit_table, a.fit_ctx)
+    score_spec = (score_name, a.score_ctx)
+    same = fit_spec == score_spec
+    lazy = not a.zero_tax_eager_prefill
     os.makedirs(a.out, exist_ok=True)
-    print(
-        f"fit table: {a.fit_table}   score table: {score_name}"
-        + (
-            "   WARNING: same table (no second measured table yet): not out-of-sample"
-            if same
-            else ""
-        )
+    c_fit = _cost(*fit_spec, SHAPES["chain3"])
+    c_score = _cost(*score_spec, SHAPES["chain3"])
+    where = (
+        f"fit {c_fit.table.source} ctx {c_fit.ctx}, score {c_score.table.source} ctx {c_score.ctx}"
     )
-    print(f"lazy draft prefill: {a.lazy_draft_prefill}; seed {a.seed}; traces {a.duration:g} s")
-    pol_names = [c.name for c in lineup(CostModel(load_table(a.fit_table)), SHAPES["chain3"], 0.8)]
+    print(
+        f"fit table: {c_fit.table.source} (ctx {c_fit.ctx})   score table: "
+        f"{c_score.table.source} (ctx {c_score.ctx})"
+        + ("   WARNING: same table and ctx: not out-of-sample" if same else "")
+    )
+    print(
+        f"variants: {WARM_NAME} = warm PLAIN (what the SGLang adapter ships: 1-token verify + "
+        f"1-token draft-extend every PLAIN step); {ZERO_TAX_NAME} = zero-tax PLAIN (design "
+        f"target; lazy draft prefill {'on' if lazy else 'off'})"
+    )
+    print(f"seed {a.seed}; traces {a.duration:g} simulated s; levels {a.iterations} iterations")
+    pol_names = [c.name for c in lineup(c_fit, SHAPES["chain3"], 0.8)]
     trace_names = [t.name for t in traces(a.duration)]
     tasks = []
     for sn in SHAPES:
         for al in ALPHAS:
-            fit = CostModel(load_table(a.fit_table), SHAPES[sn])
-            rec = recommend(fit, accept_length(al, SHAPES[sn]))
+            fit = _cost(*fit_spec, SHAPES[sn])
+            acc = accept_length(al, SHAPES[sn])
+            rw = recommend(fit, acc, plain=PLAIN_WARM)
+            rz = recommend(fit, acc, plain=PLAIN_ZERO_TAX)
+            sc = _cost(*score_spec, SHAPES[sn])
             print(
-                f"  {sn} alpha {al}: accept_len {rec.accept_len:.3f}, fit crossover bs "
-                f"{rec.crossover_bs}, Threshold(high={rec.threshold_high}, low={rec.threshold_low})"
-            )
+                f"  {sn} alpha {al}: accept_len {acc:.3f}; fit crossover bs warm {rw.crossover_bs}"
+                f" / zero-tax {rz.crossover_bs} (score table: "
+                f"{sc.crossover_bs(acc, 1024, PLAIN_WARM)} / {sc.crossover_bs(acc)}); "
+                f"vllm-bs-table cut-off {rw.threshold_high}, trtllm max_concurrency "
+                f"{rz.threshold_high}, Threshold(high={rw.threshold_high}, low={rw.threshold_low})"
+                + (", sglang-adaptive: topk != 1 -> adaptive disabled, static tree"
+                   if SHAPES[sn].topk != 1 else ", sglang-adaptive: default tiers, init steps 3")
+            )  # fmt: skip
             for p in pol_names:
                 for c in LEVELS:
-                    tasks.append(
-                        (
-                            sn,
-                            al,
-                            "conc",
-                            c,
-                            p,
-                            a.fit_table,
-                            score_name,
-                            a.duration,
-                            a.iterations,
-                            a.warmup,
-                            a.seed,
-                            a.lazy_draft_prefill,
-                            False,
-                        )
-                    )
+                    tasks.append((sn, al, "conc", c, p, fit_spec, score_spec, a.duration,
+                                  a.iterations, a.warmup, a.seed, lazy, False))  # fmt: skip
                 for tn in trace_names:
-                    rec_tl = tn.startswith("bursts") and p in (
-                        MAIN,
-                        "sglang-adaptive",
-                        "vllm-bs-table",
-                    )
-                    tasks.append(
-                        (
-                            sn,
-                            al,
-                            "trace",
-                            tn,
-                            p,
-                            a.fit_table,
-                            score_name,
-                            a.duration,
-                            0,
-                            0,
-                            a.seed,
-                            a.lazy_draft_prefill,
-                            rec_tl,
-                        )
-                    )
+                    rec_tl = tn.startswith("bursts") and p in TIMELINE_POLICIES
+                    tasks.append((sn, al, "trace", tn, p, fit_spec, score_spec, a.duration, 0, 0,
+                                  a.seed, lazy, rec_tl))  # fmt: skip
     tasks.sort(key=lambda t: t[2] != "trace")  # long ones first
     t0 = time.monotonic()
     prog = Progress(len(tasks), "sweep")
@@ -199,119 +195,142 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic() - t0
 
     all_rows: list[dict[str, Any]] = []
-    a_static: list[float] = []
-    a_peer: list[float] = []
-    a_thr_static: list[float] = []
-    b_tput: list[float] = []
-    b_tpot: list[float] = []
-    b_tpot_tw: list[float] = []
-    b_sw: list[float] = []
-    b_iters: list[int] = []
-    b_peer: list[float] = []
+    goals: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
+    misses: dict[str, list[str]] = {v: [] for v in VARIANTS}
+
+    def note(v: str, k: str, x: float) -> None:
+        goals[v].setdefault(k, []).append(x)
+
+    thr_static: list[float] = []
     for sn in SHAPES:
         for al in ALPHAS:
-            print(f"\n######## {sn} ({SHAPES[sn].label()}), alpha {al}")
+            print(f"\n######## {sn} ({SHAPES[sn].label()}), alpha {al}: tok/s per level")
             tput: dict[str, list[float]] = {}
+            cols = [*STATIC_NAMES, *PEER_NAMES, THRESHOLD, *VARIANTS]
+            short = {"always-spec": "always", "sglang-adaptive": "sglang", "vllm-bs-table": "vllm",
+                     "trtllm-max-conc": "trtllm", THRESHOLD: "thr-warm", WARM_NAME: "warm",
+                     ZERO_TAX_NAME: "zero-tax"}  # fmt: skip
             print(
-                f"{'level':>6} {'best static':>12} {MAIN:>16} {'/static':>8} {'/best peer':>10} "
-                f"{'/sglang':>8} {'/vllm':>8} {'/trtllm':>8} {'threshold/static':>16}"
+                f"{'level':>5} "
+                + " ".join(f"{short.get(c, c):>8}" for c in cols)
+                + " | warm/static warm/peer | 0tax/static 0tax/peer"
             )
             for c in LEVELS:
                 rows = res[(sn, al, f"conc{c}")]
                 for p, r in rows.items():
-                    tput.setdefault(p, []).append(float(r["tok_s"]))
+                    tput.setdefault(p, []).append(_f(r, "tok_s"))
                     all_rows.append({"shape": sn, "alpha": al, **r})
-                best_static = max(float(rows[s]["tok_s"]) for s in STATIC_NAMES)
-                me = float(rows[MAIN]["tok_s"])
-                peers = {p: float(rows[p]["tok_s"]) for p in PEER_NAMES}
-                rs, rp = me / best_static, me / max(peers.values())
-                rthr = float(rows["specfsm-threshold"]["tok_s"]) / best_static
-                a_static.append(rs)
-                a_peer.append(rp)
-                a_thr_static.append(rthr)
+                best_static = max(_f(rows[s], "tok_s") for s in STATIC_NAMES)
+                bp = max(PEER_NAMES, key=lambda p: _f(rows[p], "tok_s"))
+                best_peer = _f(rows[bp], "tok_s")
+                ratios = []
+                for v in VARIANTS:
+                    me = _f(rows[v], "tok_s")
+                    rs, rp = me / best_static, me / best_peer
+                    ratios += [rs, rp]
+                    note(v, "a_static", rs)
+                    note(v, "a_peer", rp)
+                    if rs < 0.99:
+                        misses[v].append(f"{sn} a{al} conc{c}: / best static {rs:.3f}")
+                    if rp < 1.0:
+                        misses[v].append(f"{sn} a{al} conc{c}: / best peer ({bp}) {rp:.3f}")
+                thr_static.append(_f(rows[THRESHOLD], "tok_s") / best_static)
                 print(
-                    f"{c:>6} {best_static:>12.0f} {me:>16.0f} {rs:>8.3f} {rp:>10.3f} "
-                    f"{me / peers['sglang-adaptive']:>8.3f} {me / peers['vllm-bs-table']:>8.3f} "
-                    f"{me / peers['trtllm-max-conc']:>8.3f} {rthr:>16.3f}"
+                    f"{c:>5} "
+                    + " ".join(f"{_f(rows[p], 'tok_s'):>8.0f}" for p in cols)
+                    + f" | {ratios[0]:>11.3f} {ratios[1]:>9.3f} | {ratios[2]:>11.3f}"
+                    f" {ratios[3]:>9.3f}"
                 )
             plot_throughput(
                 os.path.join(a.out, f"throughput_{sn}_a{al}.png"),
                 list(LEVELS),
                 tput,
-                f"{SHAPES[sn].label()}, alpha {al}: fit {a.fit_table}, score {score_name}",
+                f"{SHAPES[sn].label()}, alpha {al}: {where}",
             )
             for tn in trace_names:
                 key = (sn, al, tn)
                 rows = res[key]
                 for r in rows.values():
                     all_rows.append({"shape": sn, "alpha": al, **r})
-                print(f"\n-- trace {tn}")
+                print(f"\n-- trace {tn} ({sn}, alpha {al})")
                 print(format_table(list(rows.values())))
-                best = max(STATIC_NAMES, key=lambda s: float(rows[s]["tok_s"]))
-                me = rows[MAIN]
-                rt = float(me["tok_s"]) / float(rows[best]["tok_s"])
-                rtp = float(me["tpot_mean_ms"]) / float(rows[best]["tpot_mean_ms"])
-                rtw = float(me["tpot_time_weighted_ms"]) / float(
-                    rows[best]["tpot_time_weighted_ms"]
-                )
-                bp = max(PEER_NAMES, key=lambda s: float(rows[s]["tok_s"]))
-                rpe = float(me["tok_s"]) / float(rows[bp]["tok_s"])
-                b_tput.append(rt)
-                b_tpot.append(rtp)
-                b_tpot_tw.append(rtw)
-                b_sw.append(float(me["switches_per_100"]))
-                b_iters.append(int(me["iterations"]))
-                b_peer.append(rpe)
-                print(
-                    f"   {MAIN} / best static ({best}): tok/s {rt:.3f}, mean TPOT {rtp:.3f}, "
-                    f"time-weighted TPOT {rtw:.3f}; switches/100 it {me['switches_per_100']}; "
-                    f"iterations {me['iterations']}; / best peer ({bp}) tok/s {rpe:.3f}, "
-                    f"TPOT {float(me['tpot_mean_ms']) / float(rows[bp]['tpot_mean_ms']):.3f}"
-                )
-                if key in tls:
-                    from specfsm.sim import RunResult
-
-                    rr = [
-                        RunResult(
-                            p,
-                            tn,
-                            0,
-                            0,
-                            0,
-                            0,
-                            [],
-                            [],
-                            int(
-                                float(rows[p]["switches_per_100"])
-                                * int(rows[p]["iterations"])
-                                / 100
-                                + 0.5
-                            ),
-                            {},
-                            tls[key][p],
+                best = max(STATIC_NAMES, key=lambda s: _f(rows[s], "tok_s"))
+                bp = max(PEER_NAMES, key=lambda s: _f(rows[s], "tok_s"))
+                for v in VARIANTS:
+                    me = rows[v]
+                    rt = _f(me, "tok_s") / _f(rows[best], "tok_s")
+                    rtp = _f(me, "tpot_mean_ms") / _f(rows[best], "tpot_mean_ms")
+                    rtk = _f(me, "tpot_token_weighted_ms") / _f(
+                        rows[best], "tpot_token_weighted_ms"
+                    )
+                    rtw = _f(me, "tpot_wall_avg_ms") / _f(rows[best], "tpot_wall_avg_ms")
+                    rpe = _f(me, "tok_s") / _f(rows[bp], "tok_s")
+                    sw = _f(me, "switches_per_100")
+                    note(v, "b_tput", rt)
+                    note(v, "b_tpot", rtp)
+                    note(v, "b_tpot_tok", rtk)
+                    note(v, "b_tpot_wall", rtw)
+                    note(v, "b_sw", sw)
+                    note(v, "b_iters", float(me["iterations"]))
+                    note(v, "b_peer", rpe)
+                    if rt < 0.99:
+                        misses[v].append(f"{sn} a{al} {tn}: tok/s / best static ({best}) {rt:.3f}")
+                    if rtp > 0.90:
+                        misses[v].append(
+                            f"{sn} a{al} {tn}: mean TPOT / best static ({best}) {rtp:.3f}"
                         )
-                        for p in (MAIN, "sglang-adaptive", "vllm-bs-table")
-                        if p in tls[key]
-                    ]
+                    if sw > 1.0:
+                        misses[v].append(f"{sn} a{al} {tn}: switches/100 it {sw}")
+                    print(
+                        f"   {v} / best static ({best}): tok/s {rt:.3f}, mean TPOT {rtp:.3f} "
+                        f"(token-weighted {rtk:.3f}, wall-clock {rtw:.3f}); switches/100 it "
+                        f"{sw}; iterations {me['iterations']}; / best peer ({bp}) tok/s {rpe:.3f}"
+                    )
+                if key in tls:
+                    rr = [
+                        RunResult(p, tn, 0, 0, 0, 0, [], [], int(
+                            _f(rows[p], "switches_per_100") * int(rows[p]["iterations"]) / 100
+                            + 0.5), {}, tls[key][p])
+                        for p in TIMELINE_POLICIES if p in tls[key]
+                    ]  # fmt: skip
                     plot_timeline(
                         os.path.join(a.out, f"timeline_bursts_{sn}_a{al}.png"),
                         rr,
-                        f"bursts 2/128, {SHAPES[sn].label()}, alpha {al}",
+                        f"bursts 2/128, {SHAPES[sn].label()}, alpha {al}: {where}",
                     )
     write_csv(os.path.join(a.out, "policy_sweep.csv"), all_rows)
     with open(os.path.join(a.out, "policy_sweep.json"), "w", encoding="utf-8") as f:
-        json.dump({"fit": a.fit_table, "score": score_name, "rows": all_rows}, f)
+        json.dump(
+            {"fit": list(fit_spec), "score": list(score_spec), "lazy_zero_tax": lazy,
+             "rows": all_rows},
+            f,
+        )  # fmt: skip
     print(f"\nwall {wall:.0f} s, {len(tasks)} runs; wrote {a.out}/")
+    for v in VARIANTS:
+        print(f"\nmisses [{v}]: " + ("none" if not misses[v] else ""))
+        for m in misses[v]:
+            print(f"   {m}")
+    print(f"\nfit: {c_fit.table.source} ctx {c_fit.ctx}; score: {c_score.table.source} ctx "
+          f"{c_score.ctx}")  # fmt: skip
     print(f"scored_on_unfitted_table: {'no' if same else 'yes'} (goal yes)")
-    print(f"a_min_ratio_vs_best_static: {min(a_static):.3f} (goal >= 0.99)")
-    print(f"a_min_ratio_vs_best_peer: {min(a_peer):.3f} (goal >= 1.00)")
-    print(f"a_threshold_min_ratio_vs_best_static: {min(a_thr_static):.3f} (info)")
-    print(f"b_min_tput_ratio_vs_best_static: {min(b_tput):.3f} (goal >= 0.99)")
-    print(f"b_max_mean_tpot_ratio_vs_best_static: {max(b_tpot):.3f} (goal <= 0.90)")
-    print(f"b_max_time_weighted_tpot_ratio_vs_best_static: {max(b_tpot_tw):.3f} (info)")
-    print(f"b_max_switches_per_100_iterations: {max(b_sw):.3f} (goal <= 1)")
-    print(f"b_min_iterations: {min(b_iters)} (goal >= 20000)")
-    print(f"b_min_tput_ratio_vs_best_peer: {min(b_peer):.3f} (info)")
+    for v in VARIANTS:
+        g = goals[v]
+        tag = f"[{v}]"
+        print(f"a_min_ratio_vs_best_static{tag}: {min(g['a_static']):.3f} (goal >= 0.99)")
+        print(f"a_min_ratio_vs_best_peer{tag}: {min(g['a_peer']):.3f} (goal >= 1.00)")
+        print(f"b_min_tput_ratio_vs_best_static{tag}: {min(g['b_tput']):.3f} (goal >= 0.99)")
+        print(f"b_max_mean_tpot_ratio_vs_best_static{tag}: {max(g['b_tpot']):.3f} (goal <= 0.90)")
+        print(f"b_max_switches_per_100_iterations{tag}: {max(g['b_sw']):.3f} (goal <= 1)")
+        print(f"b_min_iterations{tag}: {min(g['b_iters']):.0f} (goal >= 20000)")
+        print(
+            f"b_max_token_weighted_tpot_ratio_vs_best_static{tag}: "
+            f"{max(g['b_tpot_tok']):.3f} (info)"
+        )
+        print(
+            f"b_max_wall_clock_tpot_ratio_vs_best_static{tag}: {max(g['b_tpot_wall']):.3f} (info)"
+        )
+        print(f"b_min_tput_ratio_vs_best_peer{tag}: {min(g['b_peer']):.3f} (info)")
+    print(f"a_threshold_warm_min_ratio_vs_best_static: {min(thr_static):.3f} (info)")
     return 0
 
 

@@ -16,11 +16,18 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
 * speculative iteration of shape (topk, steps, K): target verify(bs, K)
   + (steps - 1) draft steps(bs, topk) + draft-extend(bs, K). (The first draft step's logits
   come from the previous draft-extend; ``draft()`` runs ``num_steps - 1`` forwards.)
-* SGLang steps=0: a K=1 target verify (~ target(bs, 1)) + a K=1 draft-extend(bs, 1), 1 token.
-* DRAINING: one more speculative iteration (the in-flight batch).
-* RESYNCING: one plain step + a batched draft-extend over the lag tokens (tokens decoded while
-  PLAIN, incl. this step's), i.e. draft(bs, q = lag_tokens / bs), extrapolated linearly in q.
-  The target hidden states for the lag positions are assumed kept from the plain forwards.
+* warm plain (SGLang steps=0, vLLM K=0, and specfsm's PLAIN as the SGLang adapter ships it:
+  the 1-wide steps=0 runtime state): a K=1 target verify (~ target(bs, 1)) + a K=1
+  draft-extend(bs, 1), 1 token. `warm_ms` (alias `steps0_ms`).
+* zero-tax plain (the design target of the follow-up issue): target(bs, 1) only; the tokens
+  decoded meanwhile are the draft's lag.
+* DRAINING (`drain_ms`): one speculative iteration of the in-flight batch. The simulator
+  charges the adapter's DRAINING forward as a warm step instead (the adapter attaches the
+  1-wide state on entry to DRAINING); this method is kept for analytic estimates.
+* RESYNCING, zero-tax: one plain step + a batched draft-extend over the lag tokens (tokens
+  decoded while PLAIN, incl. this step's), i.e. draft(bs, q = lag_tokens / bs), extrapolated
+  linearly in q. The target hidden states for the lag positions are assumed kept from the
+  plain forwards. RESYNCING, warm: one warm step (the draft never fell behind).
 * prefill of n prompt tokens: n x the cheapest per-token cost in the table (target and draft at
   the largest bs x q), a stated approximation: the tables hold no prefill shapes.
 
@@ -43,6 +50,19 @@ DRAFT_MODEL = "eagle3_draft8b"
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
+
+#: What PLAIN costs. "warm": the draft is kept warm by a 1-token draft-extend every step (what
+#: the SGLang adapter ships; SGLang's own steps=0). "zero-tax": plain decode only, the draft
+#: catches up at RESYNCING (the follow-up issue's design target).
+PLAIN_WARM = "warm"
+PLAIN_ZERO_TAX = "zero-tax"
+PLAIN_VARIANTS = (PLAIN_WARM, PLAIN_ZERO_TAX)
+
+
+def check_plain_variant(plain: str) -> str:
+    if plain not in PLAIN_VARIANTS:
+        raise ValueError(f"plain must be one of {PLAIN_VARIANTS}, got {plain!r}")
+    return plain
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
@@ -184,6 +204,7 @@ class CostModel:
         t_q = max(table.qs(target, table.contexts(target)[0]))
         d_bs = max(table.batch_sizes(draft))
         d_q = max(table.qs(draft, table.contexts(draft)[0]))
+        self._memo: dict[tuple[str, float, float], float] = {}
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.draft_ms(d_bs, d_q) / (d_bs * d_q)
 
@@ -191,11 +212,20 @@ class CostModel:
         return CostModel(self.table, shape, ctx=self.ctx, target=self.target, draft=self.draft)
 
     # ---------------------------------------------------------------- raw forwards
+    def _lookup(self, model: str, bs: float, q: float) -> float:
+        key = (model, bs, q)
+        v = self._memo.get(key)
+        if v is None:
+            v = self.table.ms(model, bs, q, self.ctx)
+            if len(self._memo) < 65536:
+                self._memo[key] = v
+        return v
+
     def target_ms(self, bs: float, q: float) -> float:
-        return self.table.ms(self.target, bs, q, self.ctx)
+        return self._lookup(self.target, bs, q)
 
     def draft_ms(self, bs: float, q: float) -> float:
-        return self.table.ms(self.draft, bs, q, self.ctx)
+        return self._lookup(self.draft, bs, q)
 
     # ---------------------------------------------------------------- iterations
     def plain_ms(self, bs: float) -> float:
@@ -213,9 +243,19 @@ class CostModel:
             + self.draft_ms(bs, s.draft_tokens)
         )
 
-    def steps0_ms(self, bs: float) -> float:
-        """SGLang adaptive at steps=0: a K=1 verify plus the per-step K=1 draft-extend."""
+    def warm_ms(self, bs: float) -> float:
+        """Warm plain step: a K=1 verify plus the per-step K=1 draft-extend (SGLang steps=0)."""
         return self.target_ms(bs, 1) + self.draft_ms(bs, 1)
+
+    def steps0_ms(self, bs: float) -> float:
+        """SGLang adaptive at steps=0 (= `warm_ms`)."""
+        return self.warm_ms(bs)
+
+    def off_ms(self, bs: float, plain: str = PLAIN_ZERO_TAX) -> float:
+        """One non-speculative step of the given PLAIN variant ("warm" or "zero-tax")."""
+        if check_plain_variant(plain) == PLAIN_WARM:
+            return self.warm_ms(bs)
+        return self.plain_ms(bs)
 
     def drain_ms(self, bs: float) -> float:
         """DRAINING: the in-flight speculative batch completes (one speculative iteration)."""
@@ -251,17 +291,25 @@ class CostModel:
         s = shape if shape is not None else self.shape
         return self.spec_tps(bs, accept_length(alpha, s), s)
 
+    def off_tps(self, bs: float, plain: str = PLAIN_ZERO_TAX) -> float:
+        """Output tokens/s of the given PLAIN variant at batch size bs."""
+        return 1000.0 * bs / self.off_ms(bs, plain) if bs > 0 else 0.0
+
     def speedup(self, bs: float, accept_len: float) -> float:
         """spec tokens/s divided by plain tokens/s."""
         return self.spec_tps(bs, accept_len) / self.plain_tps(bs)
 
-    def crossover_bs(self, accept_len: float, max_bs: int = 1024) -> int | None:
-        """Smallest integer bs at which plain decode is at least as fast as speculation.
+    def crossover_bs(
+        self, accept_len: float, max_bs: int = 1024, plain: str = PLAIN_ZERO_TAX
+    ) -> int | None:
+        """Smallest integer bs at which not speculating is at least as fast as speculating.
 
+        `plain` picks what "not speculating" costs: "zero-tax" (plain decode) or "warm" (plain
+        decode + a 1-token draft-extend, as SGLang steps=0 / vLLM K=0 / specfsm-warm pay).
         None when speculation wins at every bs up to max_bs; 1 when it never wins.
         """
         for bs in range(1, max_bs + 1):
-            if self.plain_tps(bs) >= self.spec_tps(bs, accept_len):
+            if self.off_tps(bs, plain) >= self.spec_tps(bs, accept_len):
                 return bs
         return None
 

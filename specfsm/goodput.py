@@ -2,7 +2,7 @@
 
 Each iteration the policy compares, at the observed decode batch size bs,
 
-    plain goodput  = bs / plain_ms(bs)
+    plain goodput  = bs / off_ms(bs)       (off_ms: what PLAIN costs, see `plain` below)
     spec goodput   = bs * ema_accept_len / spec_ms(bs)
 
 from a `CostModel` (a step-cost table fitted offline) and an online EMA of the accept length
@@ -10,9 +10,17 @@ from a `CostModel` (a step-cost table fitted offline) and an online EMA of the a
 SPECULATING, so a PLAIN stretch leaves the last estimate in place). It moves toward the mode
 whose predicted goodput is higher by more than `margin` (relative hysteresis), after `debounce`
 consecutive iterations agreeing and at least `min_dwell` iterations in the current mode.
-Leaving PLAIN additionally requires that the time saved over `horizon` iterations pays for the
-RESYNCING catch-up (a draft-extend over the lag tokens, estimated as bs x iterations in PLAIN,
-at most `lag_cap` per request since requests turn over).
+
+`plain` says what the engine's PLAIN costs: "warm" (default; what the SGLang adapter ships:
+every PLAIN step is SGLang's steps=0 forward, a 1-token verify plus a 1-token draft-extend,
+and RESYNCING is one such forward, so there is no catch-up to pay for) or "zero-tax" (a plain
+decode; the follow-up issue's design target). With "zero-tax", leaving PLAIN additionally
+requires that the time saved over `horizon` iterations pays for the RESYNCING catch-up (a
+draft-extend over the lag tokens, estimated as bs x iterations in PLAIN, at most `lag_cap` per
+request since requests turn over).
+
+`policy_from_config(dict)` builds one from a JSON-style description (the SGLang adapter's
+``{"name": "goodput", ...}`` policy).
 
 Inputs are `decode_bs` and `accept_lens` only (identical on every TP/DP rank), so ranks agree.
 State: the EMA, a streak counter, the mode-entry iteration, and a per-bs prediction cache.
@@ -20,7 +28,11 @@ State: the EMA, a streak counter, the mode-entry iteration, and a per-bs predict
 
 from __future__ import annotations
 
-from specfsm.costs import CostModel
+from collections.abc import Mapping
+from typing import Any
+
+from specfsm.acceptance import DraftShape
+from specfsm.costs import PLAIN_VARIANTS, PLAIN_WARM, SHARED_REF, CostModel, load_table
 from specfsm.observation import Observation
 from specfsm.table import Event, Mode
 
@@ -39,7 +51,10 @@ class GoodputPolicy:
         min_dwell: int = 32,
         horizon: int = 64,
         lag_cap: int = 256,
+        plain: str = PLAIN_WARM,
     ) -> None:
+        if plain not in PLAIN_VARIANTS:
+            raise ValueError(f"GoodputPolicy: plain must be one of {PLAIN_VARIANTS}: {plain!r}")
         if accept_len < 1.0:
             raise ValueError(f"GoodputPolicy: accept_len (incl. bonus) must be >= 1: {accept_len}")
         if not 0.0 < ema_alpha <= 1.0:
@@ -57,16 +72,17 @@ class GoodputPolicy:
         self.min_dwell = min_dwell
         self.horizon = horizon
         self.lag_cap = lag_cap
+        self.plain = plain
         self.last_reason = ""
         self._mode: Mode | None = None
         self._since = 0
         self._streak = 0
-        self._cache: dict[int, tuple[float, float]] = {}  # bs -> (plain_ms, spec_ms)
+        self._cache: dict[int, tuple[float, float]] = {}  # bs -> (off_ms, spec_ms)
 
     def _costs(self, bs: int) -> tuple[float, float]:
         c = self._cache.get(bs)
         if c is None:
-            c = (self.cost.plain_ms(bs), self.cost.spec_ms(bs))
+            c = (self.cost.off_ms(bs, self.plain), self.cost.spec_ms(bs))
             self._cache[bs] = c
         return c
 
@@ -95,7 +111,7 @@ class GoodputPolicy:
         plain, spec = self.predict(bs)
         if mode is Mode.PLAIN:
             past = spec > plain * (1.0 + self.margin)
-            if past:
+            if past and self.plain != PLAIN_WARM:
                 p_ms, s_ms = self._costs(bs)
                 lag = bs * min(self.lag_cap, max(1, obs.iteration - self._since))
                 saved = self.horizon * (p_ms - s_ms / self.ema_accept_len)
@@ -128,5 +144,103 @@ class GoodputPolicy:
             "min_dwell": self.min_dwell,
             "horizon": self.horizon,
             "lag_cap": self.lag_cap,
+            "plain": self.plain,
             "cost": self.cost.describe(),
         }
+
+
+#: GoodputPolicy's keyword parameters that `policy_from_config` passes through.
+_KEYWORDS: dict[str, type] = {
+    "ema_alpha": float,
+    "margin": float,
+    "debounce": int,
+    "min_dwell": int,
+    "horizon": int,
+    "lag_cap": int,
+    "plain": str,
+}
+
+
+def parse_shape(shape: Any) -> DraftShape:
+    """A DraftShape from "chainN" | "tree" (topk 4, 2 steps, 16 tokens) | "topk,steps,tokens"
+    | [topk, steps, tokens] | {"topk": .., "steps": .., "draft_tokens": ..}."""
+    try:
+        if isinstance(shape, DraftShape):
+            return shape
+        if isinstance(shape, str):
+            text = shape.strip().lower().replace(" ", "")
+            if text == "tree":
+                return DraftShape(4, 2, 16)
+            if text.startswith("chain") and text[5:].isdigit():
+                return DraftShape.chain(int(text[5:]))
+            parts = text.split(",")
+            if len(parts) == 3:
+                return DraftShape(*(int(x) for x in parts))
+        elif isinstance(shape, Mapping):
+            extra = set(shape) - {"topk", "steps", "draft_tokens"}
+            if extra:
+                raise ValueError(f"unknown keys {sorted(extra)}")
+            return DraftShape(int(shape["topk"]), int(shape["steps"]), int(shape["draft_tokens"]))
+        elif isinstance(shape, (list, tuple)) and len(shape) == 3:
+            return DraftShape(*(int(x) for x in shape))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"bad draft shape {shape!r}: {exc}") from exc
+    raise ValueError(
+        f"bad draft shape {shape!r}: use 'chainN' (e.g. 'chain3'), 'tree' (topk 4, 2 steps, "
+        "16 draft tokens), 'topk,steps,draft_tokens' or a [topk, steps, draft_tokens] list"
+    )
+
+
+def _number(key: str, value: Any, kind: type) -> Any:
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"goodput policy: {key} must be a string, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"goodput policy: {key} must be a number, got {value!r}")
+    if kind is int:
+        if float(value) != int(value):
+            raise ValueError(f"goodput policy: {key} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
+    """Build a GoodputPolicy from a JSON-style mapping (the SGLang adapter's "goodput" policy).
+
+    Keys: ``table`` (a packaged table name or a CSV path; default the shared H200 reference),
+    ``shape`` (required: "chain3", "tree", "topk,steps,tokens", [topk, steps, tokens] or an
+    object; must be the shape the server runs), ``ctx`` (optional context length for the table
+    lookup), ``accept_len`` (required: mean tokens per verify incl. the bonus, >= 1), and
+    GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
+    ``horizon``, ``lag_cap``, ``plain`` ("warm", the default and what the adapter ships, or
+    "zero-tax"). Raises ValueError with the reason on anything missing, unknown or invalid.
+    """
+    if not isinstance(args, Mapping):
+        raise ValueError(f"goodput policy: expected an object, got {args!r}")
+    known = {"table", "shape", "ctx", "accept_len", *_KEYWORDS}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ValueError(f"goodput policy: unknown keys {unknown} (known: {sorted(known)})")
+    for key in ("shape", "accept_len"):
+        if key not in args:
+            raise ValueError(f"goodput policy: {key!r} is required")
+    shape = parse_shape(args["shape"])
+    accept_len = _number("accept_len", args["accept_len"], float)
+    ctx = args.get("ctx")
+    if ctx is not None:
+        ctx = _number("ctx", ctx, int)
+        if ctx <= 0:
+            raise ValueError(f"goodput policy: ctx must be > 0, got {ctx}")
+    table_name = args.get("table", SHARED_REF)
+    if not isinstance(table_name, str) or not table_name:
+        raise ValueError(f"goodput policy: table must be a name or a path, got {table_name!r}")
+    try:
+        table = load_table(table_name)
+        cost = CostModel(table, shape, ctx=ctx)
+        cost.spec_ms(1)
+        cost.warm_ms(1)
+    except (OSError, KeyError) as exc:
+        raise ValueError(f"goodput policy: cannot use table {table_name!r}: {exc}") from exc
+    kwargs = {k: _number(k, args[k], kind) for k, kind in _KEYWORDS.items() if k in args}
+    return GoodputPolicy(cost, accept_len, **kwargs)

@@ -24,7 +24,14 @@ from typing import Any
 import attrs
 
 from specfsm.acceptance import DraftShape, accept_length, alpha_from_accept_length
-from specfsm.costs import SHARED_REF, CostModel, load_table, packaged_tables
+from specfsm.costs import (
+    PLAIN_WARM,
+    PLAIN_ZERO_TAX,
+    SHARED_REF,
+    CostModel,
+    load_table,
+    packaged_tables,
+)
 from specfsm.goodput import GoodputPolicy
 from specfsm.policies import ThresholdPolicy
 from specfsm.sim import (
@@ -63,6 +70,7 @@ def parse_shape(text: str) -> DraftShape:
 # ------------------------------------------------------------------------------ tuning
 @attrs.frozen
 class Recommendation:
+    plain: str
     crossover_bs: int | None
     accept_len: float
     threshold_high: int
@@ -85,23 +93,36 @@ def recommend(
     debounce: int = 4,
     min_dwell: int = 32,
     max_bs: int = 1024,
+    plain: str = PLAIN_ZERO_TAX,
 ) -> Recommendation:
     """Crossover and ThresholdPolicy(high, low) from the cost model.
 
-    high = crossover - 1 (the largest bs at which speculation still wins); low = the largest bs
-    at which speculation wins by at least `low_margin` (so resuming is clearly worth it),
-    capped below high.
+    `plain` is what not speculating costs: "zero-tax" (a plain decode) or "warm" (plain decode
+    + a 1-token draft-extend: SGLang steps=0, vLLM K=0, specfsm's PLAIN as the SGLang adapter
+    ships it). high = crossover - 1 (the largest bs at which speculation still wins); low = the
+    largest bs at which speculation wins by at least `low_margin` (so resuming is clearly worth
+    it), capped below high. The SGLang-equivalent config always uses the warm crossover (its
+    steps=0 is warm).
     """
-    x = cost.crossover_bs(accept_len, max_bs)
+    x = cost.crossover_bs(accept_len, max_bs, plain)
     high = (x - 1) if x is not None else max_bs
     high = max(high, 1)
     low = 0
     for bs in range(1, high + 1):
-        if cost.spec_tps(bs, accept_len) >= cost.plain_tps(bs) * (1 + low_margin):
+        if cost.spec_tps(bs, accept_len) >= cost.off_tps(bs, plain) * (1 + low_margin):
             low = bs
     low = min(low, high - 1)
+    xw = x if plain == PLAIN_WARM else cost.crossover_bs(accept_len, max_bs, PLAIN_WARM)
+    high_w = max((xw - 1) if xw is not None else max_bs, 1)
     return Recommendation(
-        x, accept_len, high, max(low, 0), debounce, min_dwell, sglang_equivalent(cost.shape, high)
+        plain,
+        x,
+        accept_len,
+        high,
+        max(low, 0),
+        debounce,
+        min_dwell,
+        sglang_equivalent(cost.shape, high_w),
     )
 
 
@@ -158,6 +179,13 @@ def tune_main(argv: list[str] | None = None) -> int:
     g.add_argument("--accept-len", type=float, help="mean tokens per verify incl. bonus")
     g.add_argument("--alpha", type=float, help="per-token acceptance rate")
     g.add_argument("--log", help="specfsm JSON-lines log with accept_lens fields")
+    ap.add_argument(
+        "--plain",
+        choices=[PLAIN_WARM, PLAIN_ZERO_TAX],
+        default=PLAIN_WARM,
+        help="what specfsm's PLAIN costs: warm (the SGLang adapter as shipped: 1-token "
+        "draft-extend every step) or zero-tax (the design target); default warm",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     a = ap.parse_args(argv)
     try:
@@ -174,14 +202,18 @@ def tune_main(argv: list[str] | None = None) -> int:
         acc = a.accept_len
     else:
         acc = accept_length(a.alpha if a.alpha is not None else 0.7, a.shape)
-    rec = recommend(cost, acc)
+    rec = recommend(cost, acc, plain=a.plain)
+    other = PLAIN_ZERO_TAX if a.plain == PLAIN_WARM else PLAIN_WARM
+    x_other = cost.crossover_bs(acc, 1024, other)
     out = {
         "table": cost.table.source,
         "ctx": cost.ctx,
         "shape": a.shape.label(),
         "accept_len": round(acc, 4),
         "alpha_equiv": round(alpha_from_accept_length(acc, a.shape), 4),
+        "plain": a.plain,
         "crossover_bs": rec.crossover_bs,
+        f"crossover_bs_{other.replace('-', '_')}": x_other,
         "threshold_policy": {
             "high": rec.threshold_high,
             "low": rec.threshold_low,
@@ -193,6 +225,7 @@ def tune_main(argv: list[str] | None = None) -> int:
             "margin": 0.02,
             "debounce": 4,
             "min_dwell": 32,
+            "plain": a.plain,
         },
         "sglang_adaptive_config": rec.sglang_config,
     }
@@ -203,20 +236,33 @@ def tune_main(argv: list[str] | None = None) -> int:
         f"table {out['table']} ctx={cost.ctx} shape={out['shape']} accept_len={acc:.3f} "
         f"(alpha~{out['alpha_equiv']})"
     )
-    print(f"{'bs':>5} {'plain tok/s':>12} {'spec tok/s':>12} {'speedup':>8}")
+    print(
+        f"{'bs':>5} {'plain tok/s':>12} {'warm tok/s':>11} {'spec tok/s':>12} "
+        f"{'spec/plain':>10} {'spec/warm':>9}"
+    )
     for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        p, s = cost.plain_tps(bs), cost.spec_tps(bs, acc)
-        print(f"{bs:>5} {p:>12.0f} {s:>12.0f} {s / p:>8.2f}")
-    xo = rec.crossover_bs
-    print(f"crossover bs: {xo if xo is not None else '> 1024 (speculation always wins)'}")
+        p, w, s = cost.plain_tps(bs), cost.off_tps(bs, PLAIN_WARM), cost.spec_tps(bs, acc)
+        print(f"{bs:>5} {p:>12.0f} {w:>11.0f} {s:>12.0f} {s / p:>10.2f} {s / w:>9.2f}")
+
+    def _x(v: int | None) -> str:
+        return str(v) if v is not None else "> 1024 (speculation always wins)"
+
+    print(f"crossover bs ({a.plain} PLAIN): {_x(rec.crossover_bs)}")
+    print(f"crossover bs ({other} PLAIN): {_x(x_other)}")
     print(
         f"ThresholdPolicy(high={rec.threshold_high}, low={rec.threshold_low}, "
         f"debounce={rec.debounce}, min_dwell={rec.min_dwell})"
     )
-    print(f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32)")
+    print(
+        f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32, "
+        f"plain={a.plain!r})"
+    )
     if a.shape.topk != 1:
-        print("note: SGLang 0.5.23 adaptive supports topk=1 only; the config below uses chains")
-    print("SGLang --speculative-adaptive --speculative-adaptive-config <file with>:")
+        print(
+            "note: SGLang 0.5.23 rejects --speculative-adaptive with topk != 1 and falls back "
+            "to static parameters; the config below only applies to a topk=1 chain launch"
+        )
+    print("SGLang --speculative-adaptive --speculative-adaptive-config <file with> (warm cut):")
     print(json.dumps(rec.sglang_config))
     return 0
 
@@ -229,27 +275,65 @@ def lineup(
     *,
     prefer_specfsm: bool = True,
     names: Sequence[str] | None = None,
+    zero_tax_lazy_prefill: bool = True,
 ) -> list[Controller]:
-    """Every policy, each with its best static parameters from the FIT cost model."""
+    """Every policy, each with its best static parameters from the FIT cost model.
+
+    * sglang-adaptive: SGLang 0.5.23's default adaptive config and EMA settings, launched with
+      the scenario's shape (a chain's steps are the initial steps); a tree (topk != 1) makes
+      SGLang disable adaptive, so it runs the tree statically (= always-spec).
+    * vllm-bs-table: cut-off at the fit table's crossover against a WARM off step (its K=0
+      still runs the draft at q=1), no hysteresis.
+    * trtllm-max-conc: cut-off at the crossover against a plain (zero-tax) off step (off is a
+      true plain decode), no hysteresis, catch-up on re-enable.
+    * specfsm-threshold-warm: ThresholdPolicy from the warm crossover, warm PLAIN.
+    * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN: what ships.
+    * specfsm-zero-tax: GoodputPolicy(plain="zero-tax") with zero-tax PLAIN (and lazy draft
+      prefill unless `zero_tax_lazy_prefill` is False): the follow-up issue's design target.
+    """
     acc = accept_length(alpha, shape)
-    rec = recommend(fit, acc)
-    cut = rec.threshold_high
     fit_s = fit.with_shape(shape)
+    rec_w = recommend(fit_s, acc, plain=PLAIN_WARM)
+    rec_z = recommend(fit_s, acc, plain=PLAIN_ZERO_TAX)
     all_: list[Controller] = [
         FixedController(False, shape),
         FixedController(True, shape),
-        SGLangAdaptiveController(),
-        BatchTableController(cut, shape),
-        MaxConcurrencyController(cut, shape),
-        FSMController("specfsm-threshold", rec.threshold_policy(), shape, prefer_specfsm),
-        FSMController("specfsm-goodput", GoodputPolicy(fit_s, acc), shape, prefer_specfsm),
+        SGLangAdaptiveController(shape=shape),
+        BatchTableController(rec_w.threshold_high, shape),
+        MaxConcurrencyController(rec_z.threshold_high, shape),
+        FSMController(
+            "specfsm-threshold-warm",
+            rec_w.threshold_policy(),
+            shape,
+            prefer_specfsm,
+            plain=PLAIN_WARM,
+        ),
+        FSMController(
+            WARM_NAME,
+            GoodputPolicy(fit_s, acc, plain=PLAIN_WARM),
+            shape,
+            prefer_specfsm,
+            plain=PLAIN_WARM,
+        ),
+        FSMController(
+            ZERO_TAX_NAME,
+            GoodputPolicy(fit_s, acc, plain=PLAIN_ZERO_TAX),
+            shape,
+            prefer_specfsm,
+            plain=PLAIN_ZERO_TAX,
+            lazy_draft_prefill=zero_tax_lazy_prefill,
+        ),
     ]
     if names:
         all_ = [c for c in all_ if c.name in names]
     return all_
 
 
-SPECFSM_NAMES = ("specfsm-threshold", "specfsm-goodput")
+#: specfsm's GoodputPolicy in the PLAIN the SGLang adapter ships (warm) and in the design
+#: target's (zero-tax).
+WARM_NAME = "specfsm-warm"
+ZERO_TAX_NAME = "specfsm-zero-tax"
+SPECFSM_NAMES = ("specfsm-threshold-warm", WARM_NAME, ZERO_TAX_NAME)
 STATIC_NAMES = ("no-spec", "always-spec")
 PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
 
@@ -293,6 +377,8 @@ COLS = (
     "policy",
     "tok_s",
     "tpot_mean_ms",
+    "tpot_token_weighted_ms",
+    "tpot_wall_avg_ms",
     "tpot_p50_ms",
     "tpot_p99_ms",
     "ttft_p50_ms",
@@ -456,7 +542,7 @@ def sim_main(argv: list[str] | None = None) -> int:
             rows.append(r.row())
             if iters is not None:
                 tput.setdefault(ctl.name, []).append(r.tok_s)
-            elif ctl.name in ("specfsm-goodput", "sglang-adaptive", "vllm-bs-table"):
+            elif ctl.name in (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table"):
                 timelines.append(r)
             prog.tick(f"{load.name} {ctl.name}")
         print(

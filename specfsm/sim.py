@@ -10,17 +10,32 @@ One *run* serves one load trace with one controller. Each iteration:
 2. the controller picks what this iteration runs, at decode batch size bs:
    SPEC (a speculative iteration of some draft shape), PLAIN (plain decode, draft cold),
    WARM (plain decode + a K=1 draft-extend that keeps the draft warm: SGLang steps=0,
-   vLLM K=0), RESYNC (plain decode + a batched draft-extend over every request's lag tokens).
+   vLLM K=0, specfsm's PLAIN as the SGLang adapter ships it), RESYNC (plain decode + a
+   batched draft-extend over every request's lag tokens).
 3. cost from the *scoring* CostModel, tokens: SPEC commits 1 + n per request with n sampled
    from the acceptance model (per-depth Bernoulli, `specfsm.acceptance`); others commit 1.
 
 Controllers: `FixedController` (no-spec / always-spec), `FSMController` (a specfsm Policy run
-through the real FSM: `specfsm.machine.SpecFSM` when importable, else the TRANSITIONS table;
-DRAINING = one more speculative iteration then DRAINED, RESYNCING = RESYNC then RESYNCED),
+through the real FSM: `specfsm.machine.SpecFSM` when importable, else the TRANSITIONS table),
+in one of two PLAIN variants:
+
+* ``plain="warm"`` (what the SGLang adapter ships, adapters/specfsm_sglang/actions.py):
+  DRAINING, PLAIN and RESYNCING all run the 1-wide steps=0 runtime state, i.e. a WARM
+  iteration (K=1 verify + 1-token draft-extend); DRAINING lasts one forward then DRAINED;
+  RESYNCING lasts one forward (`resync_forwards` = 1) then RESYNCED. New requests are
+  prefilled through the draft too (the draft must stay warm).
+* ``plain="zero-tax"`` (the follow-up issue's design target): DRAINING is one WARM forward as
+  above; PLAIN is a plain decode (no draft work; the draft's lag grows); RESYNCING is one
+  RESYNC iteration (plain + batched catch-up draft-extend over the lag). With
+  ``lazy_draft_prefill`` requests admitted while PLAIN are prefilled by the target only and
+  their prompt joins the lag.
+
 `SGLangAdaptiveController` (0.5.23 `adaptive_spec_params.py` ported: per-BS slots after CUDA
 graph padding, EMA 0.2, warmup 10, interval 5, hysteresis, steps=0 probing, steps=0 pays a
-K=1 verify + draft-extend every step), `BatchTableController` (vLLM DSD: K by the number of
-scheduled requests incl. prefills, no hysteresis, K=0 keeps running the draft at q=1),
+K=1 verify + draft-extend every step; topk != 1 makes SGLang disable adaptive and run the
+launch shape statically, `adaptive_unsupported_reason`), `BatchTableController` (vLLM DSD:
+K by the number of scheduled requests incl. prefills, no hysteresis, K=0 keeps running the
+draft at q=1),
 `MaxConcurrencyController` (TensorRT-LLM: spec iff active requests <= max_concurrency, no
 hysteresis; off is a true plain decode, re-enable pays the same catch-up as RESYNCING).
 
@@ -37,7 +52,7 @@ from typing import Any
 import attrs
 
 from specfsm.acceptance import DraftShape, depth_accept_probs
-from specfsm.costs import CostModel
+from specfsm.costs import PLAIN_WARM, CostModel, check_plain_variant
 from specfsm.observation import Observation
 from specfsm.policies import Policy
 from specfsm.table import INITIAL_MODE, TRANSITIONS, Event, Mode
@@ -126,6 +141,8 @@ class Controller:
 
     name = "controller"
     has_draft = True
+    #: PLAIN iterations prefill new requests through the target only (prompt joins the lag).
+    lazy_draft_prefill = False
 
     def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
         raise NotImplementedError
@@ -194,15 +211,33 @@ def make_machine(policy: Policy, prefer_specfsm: bool = True) -> tuple[Any, str]
 
 
 class FSMController(Controller):
-    """A specfsm Policy driven through the FSM; the simulator plays the engine."""
+    """A specfsm Policy driven through the FSM; the simulator plays the engine.
+
+    `plain`: "warm" (the SGLang adapter as shipped) or "zero-tax" (the design target); see the
+    module docstring. `lazy_draft_prefill` only applies to "zero-tax".
+    """
 
     def __init__(
-        self, name: str, policy: Policy, shape: DraftShape, prefer_specfsm: bool = True
+        self,
+        name: str,
+        policy: Policy,
+        shape: DraftShape,
+        prefer_specfsm: bool = True,
+        *,
+        plain: str = PLAIN_WARM,
+        lazy_draft_prefill: bool = False,
     ) -> None:
         self.name = name
         self.policy = policy
         self.shape = shape
+        self.plain = check_plain_variant(plain)
+        if lazy_draft_prefill and plain == PLAIN_WARM:
+            raise ValueError("lazy_draft_prefill needs plain='zero-tax' (a warm draft needs KV)")
+        self.lazy_draft_prefill = lazy_draft_prefill
         self.machine, self.machine_name = make_machine(policy, prefer_specfsm)
+        warm = self.plain == PLAIN_WARM
+        self._plain_plan = Plan(WARM if warm else PLAIN, "PLAIN")
+        self._resync_plan = Plan(WARM if warm else RESYNC, "RESYNCING")
 
     def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
         obs = Observation(
@@ -213,10 +248,11 @@ class FSMController(Controller):
         if mode is Mode.SPECULATING:
             return Plan(SPEC, "SPECULATING", self.shape)
         if mode is Mode.DRAINING:
-            return Plan(SPEC, "DRAINING", self.shape)
+            # the adapter attaches the 1-wide state on entry to DRAINING: this forward is warm
+            return Plan(WARM, "DRAINING")
         if mode is Mode.RESYNCING:
-            return Plan(RESYNC, "RESYNCING")
-        return Plan(PLAIN, "PLAIN")
+            return self._resync_plan
+        return self._plain_plan
 
     def after(self, plan: Plan) -> None:
         if plan.mode == "DRAINING":
@@ -225,7 +261,13 @@ class FSMController(Controller):
             self.machine.process_event(Event.RESYNCED, None, "draft caught up")
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "machine": self.machine_name, **self.policy.describe()}
+        return {
+            "name": self.name,
+            "machine": self.machine_name,
+            "plain": self.plain,
+            "lazy_draft_prefill": self.lazy_draft_prefill,
+            **self.policy.describe(),
+        }
 
 
 #: SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py).
@@ -319,7 +361,13 @@ class _SGLangSlot:
 
 
 class SGLangAdaptiveController(Controller):
-    """SGLang 0.5.23 `--speculative-adaptive` (topk=1 chains; steps=0 keeps the draft warm)."""
+    """SGLang 0.5.23 `--speculative-adaptive` (topk=1 chains; steps=0 keeps the draft warm).
+
+    `shape` is the server's launch shape. A chain (topk=1) must have its steps among the
+    config's candidate steps (SGLang raises otherwise) and is the initial steps. topk != 1:
+    SGLang's `adaptive_unsupported_reason` rejects it and `_maybe_disable_adaptive` falls back
+    to static parameters with a warning, so the controller speculates with `shape` always.
+    """
 
     def __init__(
         self,
@@ -327,11 +375,26 @@ class SGLangAdaptiveController(Controller):
         initial_steps: int | None = None,
         max_bs: int = 256,
         name: str = "sglang-adaptive",
+        shape: DraftShape | None = None,
     ) -> None:
         cfg = config if config is not None else SGLANG_DEFAULT_ADAPTIVE
         self.name = name
         self.config = cfg
+        self.launch_shape = shape
+        self.disabled_reason: str | None = None
+        if shape is not None and shape.topk != 1:
+            self.disabled_reason = (
+                f"speculative_eagle_topk={shape.topk} (only topk=1 is supported): "
+                "static speculative params"
+            )
         union = sorted({s for e in cfg.values() for s in e["candidate_steps"]})
+        if shape is not None and shape.topk == 1 and initial_steps is None:
+            if shape.steps not in union:
+                raise ValueError(
+                    f"--speculative-num-steps={shape.steps} is not in the adaptive config "
+                    f"candidate_steps {union}"
+                )
+            initial_steps = shape.steps
         init = initial_steps if initial_steps is not None else union[len(union) // 2]
         top = {k: v for k, v in cfg.items() if not k.isdigit()}
         self._bs_list = sorted(int(k) for k in cfg if k.isdigit())
@@ -350,19 +413,24 @@ class SGLangAdaptiveController(Controller):
         return self._slots[self._bs_list[max(0, j)]]
 
     def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+        if self.disabled_reason is not None:
+            return Plan(SPEC, "SPECULATING", self.launch_shape)
         steps = self._route(max(1, bs)).current_steps
         if steps > 0:
             return Plan(SPEC, "SPECULATING", self._shapes[steps])
         return Plan(WARM, "PLAIN")
 
     def feed(self, shape: DraftShape, accept_lens_mean: float, bs: int) -> None:
-        self._route(bs).update(accept_lens_mean - 1.0)
+        if self.disabled_reason is None:
+            self._route(bs).update(accept_lens_mean - 1.0)
 
     def feed_steps0(self, bs: int) -> None:
         """steps=0 iterations also report (zero correct drafts) and advance the slot's counter."""
         self._route(bs).update(0.0)
 
     def describe(self) -> dict[str, object]:
+        if self.disabled_reason is not None:
+            return {"name": self.name, "adaptive": f"disabled: {self.disabled_reason}"}
         return {"name": self.name, "config": self.config}
 
 
@@ -425,6 +493,10 @@ class RunResult:
     mode_time_s: dict[str, float]
     timeline: list[tuple[float, int, str]] | None = None
     decode_ms: list[float] = attrs.Factory(list)  # per finished request, aligned with tpot_ms
+    decode_tokens: list[int] = attrs.Factory(list)  # per finished request: output tokens - 1
+    #: per wall-clock window (`run(tpot_window_s=...)`) with decoding requests: request-ms
+    #: spent decoding / tokens committed in it, i.e. that window's TPOT
+    window_tpot_ms: list[float] = attrs.Factory(list)
 
     @property
     def switches_per_100(self) -> float:
@@ -439,7 +511,8 @@ class RunResult:
 
     @property
     def tpot_time_weighted(self) -> float:
-        """TPOT averaged over time: requests weighted by their decode duration."""
+        """Per-request TPOT weighted by the request's decode duration (kept for comparison; it
+        still counts requests, so high-load phases dominate it: see `tpot_wall_avg`)."""
         tot = sum(self.decode_ms)
         if not tot:
             return float("nan")
@@ -447,7 +520,22 @@ class RunResult:
 
     @property
     def tpot_mean(self) -> float:
+        """The issue's "mean TPOT": mean over finished requests of decode time / (tokens - 1)."""
         return sum(self.tpot_ms) / len(self.tpot_ms) if self.tpot_ms else float("nan")
+
+    @property
+    def tpot_token_weighted(self) -> float:
+        """Mean gap between consecutive output tokens over all tokens: sum of decode times /
+        sum of (tokens - 1). Requests with more tokens weigh more."""
+        n = sum(self.decode_tokens)
+        return sum(self.decode_ms) / n if n else float("nan")
+
+    @property
+    def tpot_wall_avg(self) -> float:
+        """TPOT averaged over wall-clock windows: each window's TPOT (sum of dt x decoding bs /
+        tokens committed in the window) weighs the same, however many requests ran in it."""
+        w = self.window_tpot_ms
+        return sum(w) / len(w) if w else float("nan")
 
     def mode_frac(self) -> dict[str, float]:
         tot = sum(self.mode_time_s.values()) or 1.0
@@ -459,7 +547,9 @@ class RunResult:
             "load": self.load,
             "tok_s": round(self.tok_s, 1),
             "tpot_mean_ms": round(self.tpot_mean, 3),
-            "tpot_time_weighted_ms": round(self.tpot_time_weighted, 3),
+            "tpot_token_weighted_ms": round(self.tpot_token_weighted, 3),
+            "tpot_wall_avg_ms": round(self.tpot_wall_avg, 3),
+            "tpot_duration_weighted_ms": round(self.tpot_time_weighted, 3),
             "tpot_p50_ms": round(self.pct(self.tpot_ms, 50), 3),
             "tpot_p99_ms": round(self.pct(self.tpot_ms, 99), 3),
             "ttft_p50_ms": round(self.pct(self.ttft_ms, 50), 2),
@@ -486,6 +576,7 @@ def run(
     rho: float = 0.5,
     accept_len_fn: Callable[[float], float] | None = None,
     lazy_draft_prefill: bool = False,
+    tpot_window_s: float = 1.0,
 ) -> RunResult:
     """Serve `load` with `controller`, costs from `cost`, per-token acceptance `alpha`.
 
@@ -494,7 +585,9 @@ def run(
     `accept_len_fn(t)` may override alpha over time (returns alpha at simulated time t).
     `lazy_draft_prefill`: in a cold PLAIN iteration, prefill the target only and count the
     prompt as lag for the next catch-up (default False: SGLang 0.5.23 always runs the spec
-    prefill path, draft included, so the draft pays its prefill even while PLAIN).
+    prefill path, draft included, so the draft pays its prefill even while PLAIN). A
+    controller's own `lazy_draft_prefill` attribute turns it on for that controller too.
+    `tpot_window_s`: the wall-clock window of `RunResult.tpot_wall_avg`.
     """
     import numpy as np
 
@@ -544,6 +637,9 @@ def run(
     mode_time = dict.fromkeys(MODE_NAMES, 0.0)
     tpots: list[float] = []
     decode_ms: list[float] = []
+    decode_tokens: list[int] = []
+    win_req_ms: dict[int, float] = {}  # wall-clock window -> request-ms spent decoding
+    win_tok: dict[int, int] = {}  # wall-clock window -> tokens committed to decoding requests
     ttfts: list[float] = []
     timeline: list[tuple[float, int, str]] | None = [] if record_timeline else None
     accept_lens: tuple[int, ...] = ()
@@ -552,6 +648,7 @@ def run(
     end_t = load.duration_s if load.duration_s is not None else math.inf
     max_it = iterations if iterations is not None else sys.maxsize
     free_idx = np.arange(cap)
+    lazy = lazy_draft_prefill or controller.lazy_draft_prefill
 
     while t < end_t and it < max_it:
         # ---------------- admission
@@ -590,11 +687,12 @@ def run(
         # ---------------- controller
         plan = controller.plan(it, bs, n_new, accept_lens if is_fsm else ())
         kind = plan.kind
-        with_draft = controller.has_draft and not (lazy_draft_prefill and kind == PLAIN)
+        with_draft = controller.has_draft and not (lazy and kind == PLAIN)
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
         if n_new and not with_draft and controller.has_draft:
             lag[new_slots] = p
         tokens: Any = 1
+        n_tok = bs
         if bs:
             if kind == SPEC:
                 shape = plan.shape
@@ -610,6 +708,7 @@ def run(
                 controller.feed(shape, mean_acc, bs)
                 lag[decoding] = 0
                 tokens = tokens_arr
+                n_tok = int(tokens_arr.sum())
             elif kind == PLAIN:
                 ms += cost.plain_ms(bs)
                 lag[decoding] += 1
@@ -625,23 +724,28 @@ def run(
                 lag[decoding] = 0
                 accept_lens = ()
         controller.after(plan)
+        in_window = it >= warmup_iterations
+        # switches inside the measured window only (like `iterations`)
         if is_fsm:
-            if plan.mode in ("DRAINING", "RESYNCING"):
+            if plan.mode in ("DRAINING", "RESYNCING") and in_window:
                 switches += 1
         else:
             sig: object = (
                 (plan.shape.steps if plan.shape is not None else 0) if is_sgl else kind == SPEC
             )
-            if last_sig is not None and sig != last_sig:
+            if last_sig is not None and sig != last_sig and in_window:
                 switches += 1
             last_sig = sig
 
         dt = ms / 1000.0
         t += dt
-        in_window = it >= warmup_iterations
         if it == warmup_iterations:
             win_t0 = t - dt
         mode_time[plan.mode] += dt if in_window else 0.0
+        if in_window and bs:
+            w = int((t - dt - win_t0) / tpot_window_s)
+            win_req_ms[w] = win_req_ms.get(w, 0.0) + ms * bs
+            win_tok[w] = win_tok.get(w, 0) + n_tok
         if timeline is not None:
             timeline.append((t, bs, plan.mode))
 
@@ -660,6 +764,7 @@ def run(
                     tp = (t - t_first[idx]) / np.maximum(ol - 1, 1) * 1000.0
                     tpots.extend(tp.tolist())
                     decode_ms.extend(((t - t_first[idx]) * 1000.0).tolist())
+                    decode_tokens.extend(np.maximum(ol - 1, 1).tolist())
                     ttfts.extend(((t_first[idx] - t_arrive[idx]) * 1000.0).tolist())
                 alive[idx] = False
                 decoding[idx] = False
@@ -690,4 +795,6 @@ def run(
         mode_time_s=mode_time,
         timeline=timeline,
         decode_ms=decode_ms,
+        decode_tokens=decode_tokens,
+        window_tpot_ms=[win_req_ms[w] / win_tok[w] for w in sorted(win_req_ms) if win_tok[w]],
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specfsm.acceptance import DraftShape, chain_accept_length
 from specfsm.costs import SHARED_REF, CostModel, load_table
-from specfsm.goodput import GoodputPolicy
+from specfsm.goodput import GoodputPolicy, policy_from_config
 from specfsm.observation import Observation
 from specfsm.policies import Policy
 from specfsm.table import TRANSITIONS, Event, Mode
@@ -34,10 +36,55 @@ def test_is_a_policy(cost: CostModel) -> None:
 
 
 def test_predict_matches_cost_model(cost: CostModel) -> None:
-    """predict() = (bs/plain_ms, bs*acc/spec_ms) in tokens/s."""
-    plain, spec = GoodputPolicy(cost, ACC).predict(1)
+    """predict() = (bs/off_ms, bs*acc/spec_ms) in tokens/s; off_ms = plain decode (zero-tax)
+    or plain decode + 1-token draft-extend (warm, the default: what the adapter ships)."""
+    plain, spec = GoodputPolicy(cost, ACC, plain="zero-tax").predict(1)
     assert plain == pytest.approx(1000 / 4.8831)
     assert spec == pytest.approx(1000 * ACC / (5.4425 + 2 * 0.4362 + 0.4545))
+    warm, spec_w = GoodputPolicy(cost, ACC).predict(1)
+    assert warm == pytest.approx(1000 / (4.8831 + 0.4362)) and spec_w == spec
+
+
+def test_warm_switches_later_than_zero_tax(cost: CostModel) -> None:
+    """At bs 130 speculation beats a warm step (crossover 140) but not a plain one (121)."""
+    z = GoodputPolicy(cost, ACC, plain="zero-tax", margin=0.0, min_dwell=0)
+    w = GoodputPolicy(cost, ACC, plain="warm", margin=0.0, min_dwell=0)
+    assert drive(z, Mode.SPECULATING, 130, 50) is not None
+    assert drive(w, Mode.SPECULATING, 130, 50) is None
+    with pytest.raises(ValueError):
+        GoodputPolicy(cost, ACC, plain="cold")
+
+
+def test_policy_from_config() -> None:
+    """The SGLang adapter's {"name": "goodput", ...} builds through policy_from_config."""
+    p = policy_from_config(
+        {"shape": "chain3", "accept_len": 2.5, "margin": 0.05, "min_dwell": 8, "ctx": 1024}
+    )
+    assert isinstance(p, GoodputPolicy) and p.plain == "warm" and p.margin == 0.05
+    assert p.min_dwell == 8 and p.cost.shape == DraftShape.chain(3)
+    assert p.cost.table.source == SHARED_REF and p.prior_accept_len == 2.5
+    t = policy_from_config(
+        {"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "zero-tax"}
+    )
+    assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "zero-tax"
+    assert policy_from_config({"shape": [1, 5, 6], "accept_len": 3}).cost.shape.steps == 5
+    assert policy_from_config({"shape": "4,2,8", "accept_len": 2}).cost.shape.draft_tokens == 8
+    bad: list[tuple[dict[str, object], str]] = [
+        ({"accept_len": 2.5}, "'shape' is required"),
+        ({"shape": "chain3"}, "'accept_len' is required"),
+        ({"shape": "chain3", "accept_len": 0.5}, "accept_len"),
+        ({"shape": "chain3", "accept_len": "2.5"}, "must be a number"),
+        ({"shape": "pyramid", "accept_len": 2.5}, "bad draft shape"),
+        ({"shape": "1,3,9", "accept_len": 2.5}, "bad draft shape"),
+        ({"shape": "chain3", "accept_len": 2.5, "table": "nope"}, "cannot use table"),
+        ({"shape": "chain3", "accept_len": 2.5, "margn": 0.1}, "unknown keys ['margn']"),
+        ({"shape": "chain3", "accept_len": 2.5, "debounce": 1.5}, "must be an integer"),
+        ({"shape": "chain3", "accept_len": 2.5, "ctx": 0}, "ctx must be > 0"),
+        ({"shape": "chain3", "accept_len": 2.5, "plain": "cold"}, "plain must be one of"),
+    ]
+    for args, msg in bad:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            policy_from_config(args)
 
 
 def test_stays_speculating_at_low_load(cost: CostModel) -> None:

@@ -92,15 +92,50 @@ def test_fsm_drains_one_iteration_then_plain(cost: CostModel) -> None:
     assert r.switches == 1
 
 
+def test_fsm_warm_plain_pays_the_steps0_tax(cost: CostModel) -> None:
+    """Warm PLAIN (the adapter as shipped): DRAINING, PLAIN and RESYNCING iterations each cost
+    target(bs,1) + draft(bs,1); never a spec iteration, never a catch-up."""
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3, plain="warm")
+    r = run(ctl, fixed_concurrency(16), cost, 0.8, workload=wl, iterations=51, warmup_iterations=1)
+    assert r.sim_time_s * 1000 / 50 == pytest.approx(cost.warm_ms(16))
+    assert r.output_tokens == 16 * 50
+    # iteration 0 prefills (bs 0); iteration 1 sees bs 16 > high: DRAINING is one warm forward
+    d = FSMController("thr", ThresholdPolicy(8, 2, debounce=1, min_dwell=0), CHAIN3, plain="warm")
+    r0 = run(d, fixed_concurrency(16), cost, 0.8, workload=wl, iterations=3, record_timeline=True)
+    assert [m for _, _, m in r0.timeline or []] == ["SPECULATING", "DRAINING", "PLAIN"]
+    assert r0.mode_time_s["DRAINING"] * 1000 == pytest.approx(cost.warm_ms(16))
+
+
+def test_fsm_zero_tax_plain_is_plain_decode(cost: CostModel) -> None:
+    """Zero-tax PLAIN costs target(bs,1) only."""
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3, plain="zero-tax")
+    r = run(ctl, fixed_concurrency(16), cost, 0.8, workload=wl, iterations=51, warmup_iterations=1)
+    assert r.sim_time_s * 1000 / 50 == pytest.approx(cost.plain_ms(16))
+    with pytest.raises(ValueError):
+        FSMController("x", FixedPolicy(False), CHAIN3, plain="warm", lazy_draft_prefill=True)
+
+
 def test_fsm_resync_cost_is_catchup(cost: CostModel) -> None:
-    """Load 1 -> 8 -> 1: SPECULATING, DRAINING, PLAIN, RESYNCING (one iteration), SPECULATING."""
+    """Zero-tax, load 1 -> 8 -> 1: SPECULATING, DRAINING, PLAIN, RESYNCING (one iteration whose
+    cost is plain + the catch-up draft-extend), SPECULATING."""
     wl = Workload(prompt_len=(1, 1), output_len=(300, 300))
-    ctl = FSMController("thr", ThresholdPolicy(high=2, low=1, debounce=1, min_dwell=0), CHAIN3)
+    ctl = FSMController(
+        "thr",
+        ThresholdPolicy(high=2, low=1, debounce=1, min_dwell=0),
+        CHAIN3,
+        plain="zero-tax",
+    )
     load = bursts(1, 8, period_s=4.0, duration_s=1e9)  # 1 for 2 s, then 8 for 2 s
     r = run(ctl, load, cost, 0.8, workload=wl, iterations=3000, record_timeline=True)
     tl = r.timeline or []
     i = next(k for k, x in enumerate(tl) if x[2] == "RESYNCING")
-    assert tl[i + 1][2] == "SPECULATING"
+    assert tl[i - 1][2] == "PLAIN"
+    # RESYNCED -> SPECULATING; the policy may leave again at once if the load jumped back
+    assert tl[i + 1][2] in ("SPECULATING", "DRAINING")
+    bs = tl[i][1]
+    assert (tl[i][0] - tl[i - 1][0]) * 1000 > cost.plain_ms(bs) + cost.catchup_ms(bs, bs)
     assert r.mode_time_s["RESYNCING"] > 0 and r.switches >= 2
 
 
@@ -117,6 +152,35 @@ def test_sglang_steps0_tax_at_high_load(cost: CostModel) -> None:
         warmup_iterations=1,
     )
     assert r.sim_time_s * 1000 / 100 == pytest.approx(cost.steps0_ms(128))
+
+
+def test_sglang_adaptive_rejects_trees(cost: CostModel) -> None:
+    """topk != 1: SGLang 0.5.23 disables adaptive (static params), so the tree runs every
+    iteration at every load, including bs 128 where the default config would pick steps=0."""
+    tree = DraftShape(4, 2, 16)
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    c = SGLangAdaptiveController(shape=tree)
+    assert c.disabled_reason is not None and "topk=4" in c.disabled_reason
+    r = run(c, fixed_concurrency(128), cost, 0.8, workload=wl, iterations=101, warmup_iterations=1)
+    assert r.sim_time_s * 1000 / 100 == pytest.approx(cost.spec_ms(128, tree))
+    assert r.switches == 0 and r.mode_frac()["SPECULATING"] == 1.0
+    chain = SGLangAdaptiveController(shape=CHAIN3)
+    assert chain.disabled_reason is None and chain._route(1).current_steps == 3
+    with pytest.raises(ValueError):
+        SGLangAdaptiveController(shape=DraftShape.chain(2))  # 2 not in [0, 1, 3, 5, 7]
+
+
+def test_tpot_definitions() -> None:
+    """Request-mean, token-weighted and wall-clock TPOT on a hand-made result."""
+    from specfsm.sim import RunResult
+
+    r = RunResult(
+        "p", "l", 0, 0.0, 0, 0.0, [2.0, 10.0], [], 0, {},
+        decode_ms=[200.0, 500.0], decode_tokens=[100, 50], window_tpot_ms=[2.0, 4.0],
+    )  # fmt: skip
+    assert r.tpot_mean == pytest.approx(6.0)
+    assert r.tpot_token_weighted == pytest.approx(700 / 150)
+    assert r.tpot_wall_avg == pytest.approx(3.0)
 
 
 def test_sglang_slot_rule() -> None:
@@ -163,15 +227,23 @@ def test_deterministic(cost: CostModel) -> None:
 
 def test_recommend_and_sglang_json(cost: CostModel) -> None:
     """Threshold high = crossover-1; the SGLang steps=0 slot key lies above pad(high)."""
-    rec = recommend(cost, (1 - 0.8**4) / 0.2)
+    acc = (1 - 0.8**4) / 0.2
+    rec = recommend(cost, acc)
     assert rec.crossover_bs == 121 and rec.threshold_high == 120 and rec.threshold_low < 120
     cfg = sglang_equivalent(CHAIN3, 120)
     assert cfg["1"] == {"candidate_steps": [3]} and cfg["128"] == {"candidate_steps": [0]}
+    # against a warm off step (plain + 1-token draft-extend) speculation wins longer
+    warm = recommend(cost, acc, plain="warm")
+    assert warm.crossover_bs == 140 and warm.threshold_high == 139
+    assert cost.spec_tps(139, acc) > cost.off_tps(139, "warm")
+    assert cost.spec_tps(140, acc) <= cost.off_tps(140, "warm")
+    assert rec.sglang_config == warm.sglang_config  # SGLang's steps=0 is warm either way
 
 
 def test_tune_main_prints(capsys: pytest.CaptureFixture[str]) -> None:
     """`specfsm tune` prints the crossover and the SGLang JSON."""
     assert tune_main(["--alpha", "0.8"]) == 0
     out = capsys.readouterr().out
-    assert "crossover bs: 121" in out and "candidate_steps" in out
+    assert "crossover bs (warm PLAIN): 140" in out and "candidate_steps" in out
+    assert "crossover bs (zero-tax PLAIN): 121" in out
     assert math.isfinite(1.0)
