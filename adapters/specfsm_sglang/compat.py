@@ -48,6 +48,10 @@ class Surface:
     def scheduler_idle(self) -> str:  # AFTER: SGLang's own pool-leak check ran
         return f"{self.scheduler}.on_idle"
 
+    @property
+    def batch_retract(self) -> str:  # AFTER (test channel only): count retracted requests
+        return "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode"
+
 
 SURFACES: dict[str, Surface] = {
     "0.5.23": Surface(),

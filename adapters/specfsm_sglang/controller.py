@@ -318,10 +318,19 @@ class Controller:
         if self.test_dir is not None and self.iteration % 16 == 0:
             self._write_counters()
 
+    def note_extend(self, batch: Any) -> None:
+        """Tests only: requests prefilled (arrivals) per mode."""
+        key = "arrivals_by_mode"
+        by = self.counters.setdefault(key, {m.name: 0 for m in Mode})
+        by[self.fsm.mode.value] += len(batch.reqs)
+
     def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
         self._last_correct = num_correct_drafts_per_req
 
     def after_process_result(self, batch: Any, result: Any) -> None:
+        if self.test_dir is not None and not batch.forward_mode.is_extend():
+            by = self.counters.setdefault("finished_by_mode", {m.name: 0 for m in Mode})
+            by[self.fsm.mode.value] += sum(1 for r in batch.reqs if r.finished())
         k = getattr(result, "speculative_num_draft_tokens", None)
         if k is None or k <= 1 or batch.forward_mode.is_extend():
             self._last_correct = None

@@ -10,6 +10,7 @@
 | Scheduler.get_next_batch_to_run             | AFTER  | running / queued counts                   |
 | Scheduler.process_batch_result              | AFTER  | K-wide batch left flight; accept lengths  |
 | Scheduler.on_idle                           | AFTER  | count SGLang's own idle leak checks       |
+| ScheduleBatch.retract_decode (tests only)   | AFTER  | count retracted requests                  |
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def register(cfg: dict[str, Any]) -> None:
 
     def around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         ctl = _state["controller"]
-        if ctl is None or not compat.is_decode_forward(batch):
+        if ctl is None:
+            return orig(self, batch, *args, **kwargs)
+        if not compat.is_decode_forward(batch):
+            if ctl.test_dir is not None:
+                ctl.note_extend(batch)
             return orig(self, batch, *args, **kwargs)
         ctl.before_forward(batch)
         result = orig(self, batch, *args, **kwargs)
@@ -106,3 +111,16 @@ def register(cfg: dict[str, Any]) -> None:
     HookRegistry.register(s.scheduler_next_batch, after_next_batch, HookType.AFTER)
     HookRegistry.register(s.scheduler_process_result, after_process_result, HookType.AFTER)
     HookRegistry.register(s.scheduler_idle, after_idle, HookType.AFTER)
+
+    import os
+
+    from specfsm_sglang.controller import TEST_DIR_ENV
+
+    if os.environ.get(TEST_DIR_ENV):
+
+        def after_retract(result: Any, *args: Any, **kwargs: Any) -> None:
+            ctl = _state["controller"]
+            if ctl is not None and result:
+                ctl.counters["retracted"] = ctl.counters.get("retracted", 0) + len(result[0])
+
+        HookRegistry.register(s.batch_retract, after_retract, HookType.AFTER)

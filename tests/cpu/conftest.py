@@ -17,3 +17,5 @@ if importlib.util.find_spec("torch") and importlib.util.find_spec("sglang"):
     from specfsm_sglang import cpu_boot
 
     cpu_boot.boot()
+
+from _cpu_testbed import hf_reference, nospec_outputs  # noqa: F401  (shared fixtures)

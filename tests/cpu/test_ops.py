@@ -133,9 +133,18 @@ def build_tree_inputs(topk: int, steps: int, T: int, mode: int, bs: int = 3) -> 
     n = int(seq_lens.sum()) * T + T * T * bs if mode == 0 else T * T * bs
     retrieve = torch.full((3, bs, T), -1, dtype=torch.long)
     return (
-        parent_list, top_scores_index, seq_lens, torch.full((n,), True),
-        torch.full((bs * T,), -5, dtype=torch.long), retrieve[0].clone(), retrieve[1].clone(),
-        retrieve[2].clone(), topk, steps, T, mode,
+        parent_list,
+        top_scores_index,
+        seq_lens,
+        torch.full((n,), True),
+        torch.full((bs * T,), -5, dtype=torch.long),
+        retrieve[0].clone(),
+        retrieve[1].clone(),
+        retrieve[2].clone(),
+        topk,
+        steps,
+        T,
+        mode,
     )
 
 
@@ -163,7 +172,11 @@ def verify_inputs(topk: int, steps: int, T: int, seed: int) -> tuple[Any, ...]:
         torch.full((bs * T,), -3, dtype=torch.int32),  # predicts
         torch.full((bs, steps + 1), -1, dtype=torch.int32),  # accept_index
         torch.full((bs,), -2, dtype=torch.int32),  # accept_token_num
-        candidates, r_index, r_next, r_sib, target,
+        candidates,
+        r_index,
+        r_next,
+        r_sib,
+        target,
     )
 
 
@@ -190,33 +203,51 @@ def reference_cases() -> dict[str, tuple[str, Any, tuple[Any, ...], tuple[int, .
         a = accept_loc_inputs(seed)
         size = a[0].numel()
         cases[f"accept-{seed}"] = (
-            f"{EAGLE}:fill_accept_out_cache_loc", (size,), (*a, _next_pow2(size)), (2,)
+            f"{EAGLE}:fill_accept_out_cache_loc",
+            (size,),
+            (*a, _next_pow2(size)),
+            (2,),
         )
     for p in DRAFT_LOC_PARAMS:
         a = draft_loc_inputs(*p)
         cases[f"draft-loc-{p}"] = (
-            f"{CACHE_LOCS}:assign_draft_cache_locs_contiguous", (a[2].numel(),), a, (3,)
+            f"{CACHE_LOCS}:assign_draft_cache_locs_contiguous",
+            (a[2].numel(),),
+            a,
+            (3,),
         )
     for seed in range(4):
         a = ragged_inputs(seed, extend=True)
         bs = a[0].numel()
         cases[f"extend-{seed}"] = (
-            f"{CACHE_LOCS}:assign_extend_cache_locs", (bs,), (*a, _next_pow2(bs)), (4,)
+            f"{CACHE_LOCS}:assign_extend_cache_locs",
+            (bs,),
+            (*a, _next_pow2(bs)),
+            (4,),
         )
         a = ragged_inputs(seed, extend=False)
         cases[f"r2t-{seed}"] = (
-            f"{ALLOCATION}:assign_req_to_token_pool", (bs,), (*a, _next_pow2(bs)), (1,)
+            f"{ALLOCATION}:assign_req_to_token_pool",
+            (bs,),
+            (*a, _next_pow2(bs)),
+            (1,),
         )
     for shape in TREE_SHAPES:
         for mode in (0, 1):
             a = build_tree_inputs(*shape, mode)
             cases[f"tree-{shape}-{mode}"] = (
-                f"{SPEC_TREE}:sgl_build_tree_kernel_triton", None, a, (3, 4, 5, 6, 7)
+                f"{SPEC_TREE}:sgl_build_tree_kernel_triton",
+                None,
+                a,
+                (3, 4, 5, 6, 7),
             )
         for seed in range(3):
             a = verify_inputs(*shape, seed)
             cases[f"verify-{shape}-{seed}"] = (
-                f"{SPEC_TREE}:verify_tree_greedy_triton", None, a, (0, 1, 2)
+                f"{SPEC_TREE}:verify_tree_greedy_triton",
+                None,
+                a,
+                (0, 1, 2),
             )
     return cases
 
@@ -241,7 +272,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
 
 def _assert_equal(got: list[Any], want: list[Any]) -> None:
     assert len(got) == len(want)
-    for a, b in zip(got, want):
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b), (a, b)
 
 
@@ -263,7 +294,9 @@ def test_fill_accept_out_cache_loc(seed: int, reference: dict[str, list[Any]]) -
 
 
 @pytest.mark.parametrize("params", DRAFT_LOC_PARAMS)
-def test_assign_draft_cache_locs_contiguous(params: tuple[int, int, int], reference: dict[str, list[Any]]) -> None:
+def test_assign_draft_cache_locs_contiguous(
+    params: tuple[int, int, int], reference: dict[str, list[Any]]
+) -> None:
     a = _clone(draft_loc_inputs(*params))
     ops.assign_draft_cache_locs_contiguous_cpu(*a)
     _assert_equal([a[3]], reference[f"draft-loc-{params}"])
@@ -285,7 +318,9 @@ def test_assign_req_to_token_pool(seed: int, reference: dict[str, list[Any]]) ->
 
 @pytest.mark.parametrize("mode", [0, 1], ids=["FULL_MASK", "QLEN_ONLY"])
 @pytest.mark.parametrize("shape", TREE_SHAPES)
-def test_build_tree_kernel_efficient(shape: tuple[int, int, int], mode: int, reference: dict[str, list[Any]]) -> None:
+def test_build_tree_kernel_efficient(
+    shape: tuple[int, int, int], mode: int, reference: dict[str, list[Any]]
+) -> None:
     a = _clone(build_tree_inputs(*shape, mode))
     ops.build_tree_kernel_efficient_cpu(*a)
     _assert_equal([a[i] for i in (3, 4, 5, 6, 7)], reference[f"tree-{shape}-{mode}"])
@@ -293,7 +328,9 @@ def test_build_tree_kernel_efficient(shape: tuple[int, int, int], mode: int, ref
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("shape", TREE_SHAPES)
-def test_verify_tree_greedy(shape: tuple[int, int, int], seed: int, reference: dict[str, list[Any]]) -> None:
+def test_verify_tree_greedy(
+    shape: tuple[int, int, int], seed: int, reference: dict[str, list[Any]]
+) -> None:
     a = _clone(verify_inputs(*shape, seed))
     ops.verify_tree_greedy_cpu(*a)
     _assert_equal([a[0], a[1], a[2]], reference[f"verify-{shape}-{seed}"])
@@ -331,13 +368,13 @@ def test_copy_all_layer_kv_cache_against_a_naive_row_copy() -> None:
     data_ptrs = torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64)
     strides = torch.tensor([b.stride(0) * b.element_size() for b in buffers])
     ops.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt, src)
-    for buf, old in zip(buffers, before):
+    for buf, old in zip(buffers, before, strict=True):
         want = old.clone()
-        for t, s in zip(tgt.tolist(), src.tolist()):
+        for t, s in zip(tgt.tolist(), src.tolist(), strict=True):
             want[t] = old[s]
         assert torch.equal(buf, want)
     ops.copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt[:0], src[:0])  # empty: no-op
-    for buf, old in zip(buffers, before):
+    for buf, old in zip(buffers, before, strict=True):
         assert not torch.equal(buf, old)
 
 
@@ -350,7 +387,7 @@ def test_gather_spec_extras_torch_gather(with_hidden: bool) -> None:
 
     idx, *bufs = gather_inputs(with_hidden)
     got = gather_rows(idx, *bufs)
-    for out, buf in zip(got, bufs):
+    for out, buf in zip(got, bufs, strict=True):
         if buf is None:
             assert out is None
             continue

@@ -140,10 +140,10 @@ def target_verify_attention(
     for b in range(bs):
         L = int(seq_lens[b])
         kv_idx = req_to_token[rows[b], : L + T].to(torch.int64)
-        mask = torch.cat(
-            [torch.ones(T, L, dtype=torch.bool, device=q.device), blocks[b]], dim=1
+        mask = torch.cat([torch.ones(T, L, dtype=torch.bool, device=q.device), blocks[b]], dim=1)
+        o[b * T : (b + 1) * T] = _attend(
+            q_[b * T : (b + 1) * T], k_cache, v_cache, kv_idx, mask, layer
         )
-        o[b * T : (b + 1) * T] = _attend(q_[b * T : (b + 1) * T], k_cache, v_cache, kv_idx, mask, layer)
     return o.view(q_.shape[0], -1)
 
 
@@ -176,14 +176,16 @@ class TorchNativeDraftStepBackend(TorchNativeAttnBackend):
         page_size = getattr(model_runner, "page_size", 1)
         if page_size != 1:
             raise NotImplementedError(
-                f"specfsm CPU test bed: torch_native draft decode needs page_size 1, got {page_size}"
+                "specfsm CPU test bed: torch_native draft decode needs page_size 1, "
+                f"got {page_size}"
             )
 
     def draft_kv_indices(self, forward_batch: Any) -> list[torch.Tensor]:
         """Per request b: [topk, L_b + step + 1] KV slot indices (row j = branch j)."""
         req_to_token = self.req_to_token_pool.req_to_token
         out = []
-        for r, L in zip(forward_batch.req_pool_indices.tolist(), forward_batch.seq_lens.tolist()):
+        rows = forward_batch.req_pool_indices.tolist()
+        for r, L in zip(rows, forward_batch.seq_lens.tolist(), strict=True):
             row = req_to_token[r].to(torch.int64)
             prefix = row[:L].expand(self.topk, L)
             starts = L + torch.arange(self.topk, device=row.device) * self.num_steps
@@ -210,7 +212,9 @@ class TorchNativeDraftStepBackend(TorchNativeAttnBackend):
         v_cache = self.token_to_kv_pool.get_value_buffer(layer.layer_id)
         n = self.topk
         for b, kv_idx in enumerate(self.draft_kv_indices(forward_batch)):
-            o[b * n : (b + 1) * n] = _attend(q_[b * n : (b + 1) * n], k_cache, v_cache, kv_idx, None, layer)
+            o[b * n : (b + 1) * n] = _attend(
+                q_[b * n : (b + 1) * n], k_cache, v_cache, kv_idx, None, layer
+            )
         return o.view(q_.shape[0], -1)
 
     def forward_extend(self, *args: Any, **kwargs: Any) -> torch.Tensor:

@@ -57,7 +57,9 @@ VERIFY_TARGET = (
 )
 
 
-def forward_extend_around(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+def forward_extend_around(
+    original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any
+) -> Any:
     """TARGET_VERIFY batches go to :func:`attention.target_verify_attention` (tree mask
     honoured); every other forward mode runs the stock ``forward_extend``
     (``torch_native_backend.py:279``)."""
@@ -91,8 +93,9 @@ def gather_spec_extras_around(
     output_tokens_buf: torch.Tensor,
     hidden_states_buf: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Torch version of ``gather_spec_extras`` (``kernels/ops/speculative/gather_spec_extras.py:58-120``),
-    whose Triton ``_gather_rows_kernel`` (line 10-43) has no CPU branch (``0 active drivers``
+    """Torch version of ``gather_spec_extras``
+    (``kernels/ops/speculative/gather_spec_extras.py:58-120``), whose Triton
+    ``_gather_rows_kernel`` (line 10-43) has no CPU branch (``0 active drivers``
     from ``managers/overlap_utils.py:507`` in overlap mode). Same result: row ``indices[i]`` of
     each buffer, as new tensors. Non-CPU tensors go to the original."""
     if indices.device.type != "cpu":

@@ -38,7 +38,7 @@ def _segments(start: torch.Tensor, end: torch.Tensor) -> list[tuple[int, int, in
     starts = [int(x) for x in start.tolist()]
     ends = [int(x) for x in end.tolist()]
     out, offset = [], 0
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         out.append((s, e, offset))
         offset += max(e - s, 0)
     return out
@@ -64,7 +64,7 @@ def copy_all_layer_kv_cache_cpu(
     tgt = tgt_loc.to(torch.int64).reshape(-1)
     src = src_loc.to(torch.int64).reshape(-1)
     rows = int(torch.maximum(tgt.max(), src.max()).item()) + 1
-    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist()):
+    for ptr, stride in zip(data_ptrs.tolist(), strides.tolist(), strict=True):
         stride = int(stride)
         # A uint8 view of the first `rows` rows of this buffer (no copy).
         raw = (ctypes.c_uint8 * (rows * stride)).from_address(int(ptr))
@@ -126,7 +126,8 @@ def assign_draft_cache_locs_contiguous_cpu(
     topk: int,
     num_cols: int,
 ) -> None:
-    """Port of ``assign_draft_cache_locs_contiguous`` (``kernels/ops/speculative/cache_locs.py:42-82``).
+    """Port of ``assign_draft_cache_locs_contiguous``
+    (``kernels/ops/speculative/cache_locs.py:42-82``).
 
     Request i copies its ``topk * num_cols`` slots from ``seq_lens[i]`` on:
     ``out_cache_loc[i*w : (i+1)*w] = req_to_token[req_pool_indices[i], L_i : L_i + w]`` with
@@ -159,9 +160,11 @@ def fill_bonus_tokens_cpu(
     if bs == 0:
         return
     flat = accept_tokens.reshape(-1)
-    idx = torch.arange(bs, device=accept_lens.device) * accept_stride + accept_lens.to(
-        torch.int64
-    ) - 1
+    idx = (
+        torch.arange(bs, device=accept_lens.device) * accept_stride
+        + accept_lens.to(torch.int64)
+        - 1
+    )
     bonus_tokens[:bs] = flat[idx].to(bonus_tokens.dtype)
 
 
@@ -200,9 +203,9 @@ def build_tree_kernel_efficient_cpu(
     draft_token_num: int,
     tree_mask_mode: int,
 ) -> None:
-    """Port of ``sgl_build_tree_kernel_efficient_triton`` (``kernels/ops/speculative/spec_tree.py:52-208``),
-    the Triton twin of the CUDA-JIT ``build_tree_kernel_efficient``
-    (``kernels/ops/speculative/tree.py:30``).
+    """Port of ``sgl_build_tree_kernel_efficient_triton``
+    (``kernels/ops/speculative/spec_tree.py:52-208``), the Triton twin of the CUDA-JIT
+    ``build_tree_kernel_efficient`` (``kernels/ops/speculative/tree.py:30``).
 
     Per request b (T = ``draft_token_num``; node 0 is the root = bonus token, node i>0 is
     draft candidate ``selected_index[b, i-1]``; a candidate's parent is found through
@@ -293,8 +296,9 @@ def verify_tree_greedy_cpu(
     retrive_next_sibling: torch.Tensor,
     target_predict: torch.Tensor,
 ) -> None:
-    """Port of ``verify_tree_greedy_kernel_triton`` (``kernels/ops/speculative/spec_tree.py:210-324``),
-    the Triton twin of the CUDA-JIT ``verify_tree_greedy`` (``kernels/ops/speculative/tree.py:61``).
+    """Port of ``verify_tree_greedy_kernel_triton``
+    (``kernels/ops/speculative/spec_tree.py:210-324``), the Triton twin of the CUDA-JIT
+    ``verify_tree_greedy`` (``kernels/ops/speculative/tree.py:61``).
 
     Per request b, walk the draft tree from the root: at each level scan the children
     (``next_token`` then ``next_sibling`` links) for the first whose candidate token equals the
@@ -306,7 +310,7 @@ def verify_tree_greedy_cpu(
     ``verify_tree_greedy_func`` (``spec_tree.py:508-519``). Keyword names keep SGLang's
     ``retrive_*`` spelling (the call site passes them by keyword).
     """
-    bs, T = candidates.shape
+    bs = candidates.shape[0]
     steps = accept_index.shape[1]
     cand = candidates.tolist()
     r_index = retrive_index.tolist()

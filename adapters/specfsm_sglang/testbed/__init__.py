@@ -1,1 +1,2 @@
-"""The SGLang CPU test bed: tiny deterministic models (:mod:`.models`) and engines (:mod:`.engine`)."""
+"""The SGLang CPU test bed: tiny deterministic models (:mod:`.models`) and engines
+(:mod:`.engine`)."""

@@ -107,7 +107,7 @@ def make_engine(
 
 @contextlib.contextmanager
 def engine_session(**kwargs: Any) -> Iterator[Any]:
-    """``with engine_session(spec="EAGLE3") as engine:`` -- :func:`make_engine`, always shut down."""
+    """``with engine_session(spec="EAGLE3") as engine:``: :func:`make_engine`, always shut down."""
     engine = make_engine(**kwargs)
     try:
         yield engine
@@ -120,7 +120,9 @@ def sampling_params(max_new_tokens: int) -> dict[str, Any]:
     return {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": True}
 
 
-def generate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32) -> list[dict[str, Any]]:
+def generate(
+    engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32
+) -> list[dict[str, Any]]:
     """Greedy generation for token-id prompts in one batched call; SGLang's output dicts
     (``output_ids`` and ``meta_info`` with ``spec_*`` fields)."""
     out = engine.generate(
@@ -130,7 +132,9 @@ def generate(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int 
     return list(out)
 
 
-def generate_greedy(engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32) -> list[list[int]]:
+def generate_greedy(
+    engine: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32
+) -> list[list[int]]:
     """Greedy output token ids per prompt."""
     return [list(o["output_ids"]) for o in generate(engine, prompts, max_new_tokens)]
 

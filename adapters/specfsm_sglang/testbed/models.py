@@ -12,7 +12,9 @@ Kinds (:data:`KINDS`):
 * ``llama``: target ``LlamaForCausalLM``, hidden 128, 2 layers, 4 heads / 2 KV heads (head dim
   32), intermediate 256, vocab 1024, fp32, untied head.
 * ``bigram``: the same with every attention ``o_proj`` zero: the next token depends only on the
-  current token, so an identical STANDALONE draft accepts every draft token.
+  current token, so an identical STANDALONE draft accepts every draft token. Its head is scaled
+  by ``BIGRAM_LOGIT_SCALE`` (peaked distributions), so that a topk>1 tree, which keeps the
+  ``num_draft_tokens - 1`` best-scored candidates, always contains the greedy path.
 * ``eagle3``: EAGLE-3 draft ``LlamaForCausalLMEagle3``, 1 layer, ``draft_vocab_size`` 1024,
   ``target_hidden_size`` 128, two target aux layers (``eagle_aux_hidden_state_layer_ids``
   [-1, 0]: the inputs of target layers 0 and 1), ``fc`` [128 x 256], ``d2t`` zeros (identity
@@ -45,7 +47,8 @@ KV_HEADS = 2
 HEAD_DIM = HIDDEN // HEADS
 INTERMEDIATE = 256
 MAX_POSITIONS = 2048
-RECIPE_VERSION = 1  # bump when a recipe below changes: the cache key changes with it
+BIGRAM_LOGIT_SCALE = 16.0
+RECIPE_VERSION = 2  # bump when a recipe below changes: the cache key changes with it
 
 KINDS = ("llama", "bigram", "eagle3", "eagle", "llama-standalone", "bigram-standalone")
 
@@ -95,11 +98,19 @@ def _linear(seed: int, name: str, out_f: int, in_f: int) -> torch.Tensor:
     return _randn(seed, name, (out_f, in_f), in_f**-0.5)
 
 
-def _decoder_layer(seed: int, prefix: str, attn_in: int, *, zero_o_proj: bool) -> dict[str, torch.Tensor]:
+def _decoder_layer(
+    seed: int, prefix: str, attn_in: int, *, zero_o_proj: bool
+) -> dict[str, torch.Tensor]:
     w = {
-        f"{prefix}.self_attn.q_proj.weight": _linear(seed, f"{prefix}.q", HEADS * HEAD_DIM, attn_in),
-        f"{prefix}.self_attn.k_proj.weight": _linear(seed, f"{prefix}.k", KV_HEADS * HEAD_DIM, attn_in),
-        f"{prefix}.self_attn.v_proj.weight": _linear(seed, f"{prefix}.v", KV_HEADS * HEAD_DIM, attn_in),
+        f"{prefix}.self_attn.q_proj.weight": _linear(
+            seed, f"{prefix}.q", HEADS * HEAD_DIM, attn_in
+        ),
+        f"{prefix}.self_attn.k_proj.weight": _linear(
+            seed, f"{prefix}.k", KV_HEADS * HEAD_DIM, attn_in
+        ),
+        f"{prefix}.self_attn.v_proj.weight": _linear(
+            seed, f"{prefix}.v", KV_HEADS * HEAD_DIM, attn_in
+        ),
         f"{prefix}.self_attn.o_proj.weight": _linear(seed, f"{prefix}.o", HIDDEN, HEADS * HEAD_DIM),
         f"{prefix}.mlp.gate_proj.weight": _linear(seed, f"{prefix}.gate", INTERMEDIATE, HIDDEN),
         f"{prefix}.mlp.up_proj.weight": _linear(seed, f"{prefix}.up", INTERMEDIATE, HIDDEN),
@@ -116,7 +127,10 @@ def _target(seed: int, *, bigram: bool) -> tuple[dict[str, Any], dict[str, torch
     w = {
         "model.embed_tokens.weight": _randn(seed, "embed", (VOCAB, HIDDEN), 1.0),
         "model.norm.weight": torch.ones(HIDDEN),
-        "lm_head.weight": _linear(seed, "lm_head", VOCAB, HIDDEN),
+        # The bigram target's head is scaled so its next-token distribution is peaked (top-1
+        # probability near 1): a topk>1 draft tree then always contains the greedy path.
+        "lm_head.weight": _linear(seed, "lm_head", VOCAB, HIDDEN)
+        * (BIGRAM_LOGIT_SCALE if bigram else 1.0),
     }
     for i in range(LAYERS):
         w.update(_decoder_layer(seed, f"model.layers.{i}", HIDDEN, zero_o_proj=bigram))
