@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${SPECFSM_VENV:-$root/.venv}"
 stamp="$venv/.specfsm-bootstrap"
-want="$(cat "$root/pyproject.toml" "$root/requirements/"*.txt "$0" | sha256sum | cut -c1-16)"
+want="$(cat "$root/pyproject.toml" "$root/requirements/"*.txt "$root/adapters/specfsm_sglang_boot.pth" "$0" | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 py="${PYTHON:-python3}"
 echo "[bootstrap] building $venv (about 2 minutes on a fresh machine)" >&2

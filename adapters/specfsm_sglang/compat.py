@@ -49,6 +49,20 @@ class Surface:
         return f"{self.scheduler}.on_idle"
 
     @property
+    def resolve_spec_tokens(self) -> str:  # AROUND: 1-wide rounds are not verify rounds
+        return (
+            "sglang.srt.managers.scheduler_components.batch_result_processor."
+            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"
+        )
+
+    @property
+    def tokenizer_spec_metrics(self) -> str:  # AFTER: accept length over K-wide rounds only
+        return (
+            "sglang.srt.managers.tokenizer_manager.TokenizerManager."
+            "_calculate_spec_decoding_metrics"
+        )
+
+    @property
     def batch_retract(self) -> str:  # AFTER (test channel only): count retracted requests
         return "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode"
 

@@ -293,6 +293,8 @@ class Controller:
             # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
             # keeps serving in PLAIN
             self.counters["action_failures"] += 1
+            if self.test_dir is not None:
+                self._write_counters()
         except MachineFailed:
             self._write_counters()
             raise
@@ -315,8 +317,6 @@ class Controller:
             self.counters["wide_forwards"] += 1
         elif self.resync_left > 0:
             self.resync_left -= 1
-        if self.test_dir is not None and self.iteration % 16 == 0:
-            self._write_counters()
 
     def note_extend(self, batch: Any) -> None:
         """Tests only: requests prefilled (arrivals) per mode."""
@@ -331,6 +331,7 @@ class Controller:
         if self.test_dir is not None and not batch.forward_mode.is_extend():
             by = self.counters.setdefault("finished_by_mode", {m.name: 0 for m in Mode})
             by[self.fsm.mode.value] += sum(1 for r in batch.reqs if r.finished())
+            self._write_counters()  # tests read counters right after a request returns
         k = getattr(result, "speculative_num_draft_tokens", None)
         if k is None or k <= 1 or batch.forward_mode.is_extend():
             self._last_correct = None

@@ -10,6 +10,8 @@
 | Scheduler.get_next_batch_to_run             | AFTER  | running / queued counts                   |
 | Scheduler.process_batch_result              | AFTER  | K-wide batch left flight; accept lengths  |
 | Scheduler.on_idle                           | AFTER  | count SGLang's own idle leak checks       |
+| BatchResultProcessor._resolve_spec_v2_tokens | AROUND | 1-wide rounds are not verify rounds  |
+| TokenizerManager._calculate_spec_decoding_metrics | AFTER | accept length over K-wide rounds |
 | ScheduleBatch.retract_decode (tests only)   | AFTER  | count retracted requests                  |
 """
 
@@ -103,6 +105,34 @@ def register(cfg: dict[str, Any]) -> None:
         if ctl is not None:
             ctl.on_idle()
 
+    def around_resolve_tokens(
+        orig: Any, self: Any, result: Any, batch: Any, *a: Any, **k: Any
+    ) -> Any:
+        # A 1-wide round (PLAIN/DRAINING/RESYNCING) proposes no draft: SGLang would count it
+        # as a verify with K-1 proposed drafts and 0 correct. Undo that per-request count so
+        # spec_verify_ct, spec_num_proposed_drafts and the histogram describe K-wide rounds.
+        if _state["controller"] is None or getattr(result, "speculative_num_draft_tokens", 2) != 1:
+            return orig(self, result, batch, *a, **k)
+        counted = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+        out = orig(self, result, batch, *a, **k)
+        for req, was_counted in zip(batch.reqs, counted, strict=False):
+            if was_counted and req.spec_verify_ct > 0:
+                req.spec_verify_ct -= 1
+                hist = req.spec_correct_drafts_histogram
+                if hist and hist[0] > 0:
+                    hist[0] -= 1
+        return out
+
+    def after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
+        # accept length = tokens committed per K-wide verify including the bonus, exactly;
+        # SGLang's completion_tokens / verify_ct would count PLAIN tokens too.
+        if meta_info.get("spec_verify_ct"):
+            meta_info["spec_accept_length"] = (
+                1.0 + meta_info["spec_num_correct_drafts"] / meta_info["spec_verify_ct"]
+            )
+
+    HookRegistry.register(s.resolve_spec_tokens, around_resolve_tokens, HookType.AROUND)
+    HookRegistry.register(s.tokenizer_spec_metrics, after_spec_metrics, HookType.AFTER)
     HookRegistry.register(s.scheduler_init, check_args, HookType.BEFORE)
     HookRegistry.register(s.scheduler_init, check_installed, HookType.AFTER)
     HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)

@@ -1,0 +1,155 @@
+"""specfsm inside the real SGLang engine: forced and load-driven switching, chain and tree,
+overlap on and off; greedy outputs token-identical to no speculation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from specfsm_sglang.testbed import engine as E
+from specfsm_sglang.testbed import fsm as F
+
+pytestmark = pytest.mark.engine
+
+CONFIGS = {
+    "chain-sync": {"tree": False, "overlap": False},
+    "chain-overlap": {"tree": False, "overlap": True},
+    "tree-sync": {"tree": True, "overlap": False},
+    "tree-overlap": {"tree": True, "overlap": True},
+}
+PROMPTS = E.default_prompts(6, seed=11)
+ACTIONS = [
+    f"{k}_{m}" for m in ("speculating", "draining", "plain", "resyncing") for k in ("enter", "exit")
+]
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def spec(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One EAGLE-3 engine with specfsm per configuration."""
+    d = tmp_path_factory.mktemp(request.param)
+    eng = F.make_fsm_engine(d, spec="EAGLE3", **CONFIGS[request.param])
+    eng.test_dir = d
+    eng.config_name = request.param
+    yield eng
+    eng.shutdown()
+
+
+def total(c: dict[str, Any]) -> int:
+    return sum(c["transitions"].values())
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"name": "every", "k": 1},
+        {"name": "every", "k": 3},
+        {"name": "random", "seed": 1, "p": 0.5},
+        {"name": "random", "seed": 2, "p": 0.3, "hold": 4},
+        {"name": "fixed", "speculate": False},
+        {"name": "fixed", "speculate": True},
+    ],
+    ids=lambda p: "-".join(str(v) for v in p.values()),
+)
+def test_forced_schedules_equal_nospec(spec: Any, reference: Any, policy: dict[str, Any]) -> None:
+    """Scripted switching (every k, random, flapping, pinned) keeps greedy outputs identical."""
+    F.set_policy(spec.test_dir, policy)
+    before = (
+        F.counters(spec.test_dir, wait_s=5)
+        if (spec.test_dir / "counters-rank0.json").exists()
+        else None
+    )
+    out = E.generate_greedy(spec, PROMPTS, 24)
+    assert out == reference(PROMPTS, 24)
+    after = F.counters(spec.test_dir, wait_s=5)
+    assert not after["failed"]
+    if policy["name"] == "every" and before is not None:
+        assert total(after) > total(before), "flapping policy made no transition"
+
+
+def test_threshold_load_driven(spec: Any, reference: Any) -> None:
+    """ThresholdPolicy on a shrinking batch: all four modes, outputs identical."""
+    F.set_policy(spec.test_dir, {"name": "fixed", "speculate": True})
+    E.generate_greedy(spec, PROMPTS[:1], 2)  # settle in SPECULATING
+    F.set_policy(
+        spec.test_dir, {"name": "threshold", "high": 3, "low": 2, "debounce": 1, "min_dwell": 1}
+    )
+    lens = [4, 8, 12, 16, 28, 40]  # the batch shrinks as requests finish: 6 -> 1
+    out = [
+        o["output_ids"]
+        for o in spec.generate(
+            input_ids=PROMPTS, sampling_params=[E.sampling_params(n) for n in lens]
+        )
+    ]
+    assert out == reference(PROMPTS, lens)
+    log = F.transitions(spec.test_dir)
+    seen = {(x["src"], x["dst"]) for x in log if x.get("event") == "specfsm.transition"}
+    assert {("SPECULATING", "DRAINING"), ("DRAINING", "PLAIN")} <= seen
+
+
+def test_non_greedy_across_switches(spec: Any) -> None:
+    """Sampled requests run across switches without error and produce full-length outputs."""
+    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    params = {
+        "max_new_tokens": 20,
+        "temperature": 0.9,
+        "top_p": 0.9,
+        "top_k": 50,
+        "ignore_eos": True,
+    }
+    outs = spec.generate(input_ids=PROMPTS, sampling_params=params)
+    assert [len(o["output_ids"]) for o in outs] == [20] * len(PROMPTS)
+    assert not F.counters(spec.test_dir, wait_s=5)["failed"]
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_fault_in_each_action_keeps_serving(spec: Any, reference: Any, action: str) -> None:
+    """An exception in any entry/exit action: logged, FAULT to PLAIN, serving continues with
+    correct tokens."""
+    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    before = F.counters(spec.test_dir, wait_s=5)["action_failures"]
+    F.inject(spec.test_dir, fail={action: 1}, control={"policy": {"name": "every", "k": 1}})
+    out = E.generate_greedy(spec, PROMPTS[:4], 20)
+    assert out == reference(PROMPTS[:4], 20)
+    c = F.counters(spec.test_dir, wait_s=5)
+    assert c["action_failures"] == before + 1 and not c["failed"]
+    failed = [x for x in F.transitions(spec.test_dir) if x.get("event") == "specfsm.action_failed"]
+    assert failed and failed[-1]["action"] == action and "injected failure" in failed[-1]["error"]
+
+
+def test_arrivals_finishes_aborts_in_every_mode(spec: Any, reference: Any) -> None:
+    """Requests arrive, finish and are aborted while the engine flips through all modes."""
+    import random
+
+    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    trace = F.random_trace(random.Random(5), 14, p_abort=0.3)
+    got = F.run_trace(spec, trace)
+    ref = reference([r["prompt"] for r in trace], [r["max_new"] for r in trace])
+    aborted = 0
+    for req, want in zip(trace, ref, strict=True):
+        out = got[req["rid"]]["output_ids"]
+        if len(out) < req["max_new"]:
+            aborted += 1
+            assert req["abort_after"] is not None, "a request ended early without an abort"
+        assert out == want[: len(out)]
+    c = F.counters(spec.test_dir, wait_s=5)
+    arrivals = c.get("arrivals_by_mode", {})
+    assert sum(1 for m in ("SPECULATING", "PLAIN", "RESYNCING", "DRAINING") if arrivals.get(m)) >= 2
+
+
+def test_no_kv_leak_and_still_serving(spec: Any, reference: Any) -> None:
+    """After everything, SGLang's own idle pool-invariant check has run (it raises on a leak)
+    and the engine still serves: no KV slot leaked, radix cache on."""
+    import time
+
+    F.set_policy(spec.test_dir, {"name": "every", "k": 2})
+    E.generate_greedy(spec, PROMPTS[:2], 8)
+    n0 = F.counters(spec.test_dir, wait_s=5)["idle_checks"]
+    time.sleep(1.5)
+    assert spec.generate(input_ids=PROMPTS[0], sampling_params=E.sampling_params(4))["output_ids"]
+    F.inject(spec.test_dir, control={"policy": {"name": "every", "k": 2}})
+    deadline = time.time() + 20
+    while time.time() < deadline and F.counters(spec.test_dir)["idle_checks"] <= n0 + 1:
+        time.sleep(0.5)
+    assert F.counters(spec.test_dir)["idle_checks"] > n0
+    info = spec.get_server_info()
+    assert not info.get("disable_radix_cache", False)
