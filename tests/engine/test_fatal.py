@@ -79,8 +79,8 @@ def test_stale_spec_state_is_a_one_line_diagnosis(tmp_path: Path) -> None:
     lines = [ln for ln in proc.stderr.splitlines() if "SpecStateError" in ln]
     assert lines, proc.stderr[-3000:]
     assert (
-        "spec state violates mode PLAIN: batch.spec_info.bonus_tokens: expected rows == batch size (4), got Tensor[16]"
-        in lines[-1]
+        "spec state violates mode PLAIN: batch.spec_info.bonus_tokens: "
+        "expected rows == batch size (4), got Tensor[16]" in lines[-1]
     )
 
 
