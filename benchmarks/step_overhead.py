@@ -101,7 +101,7 @@ def main() -> int:
         get = params.get_steps_for_batch
 
         def upstream(k: int) -> None:
-            for i in range(k):
+            for _ in range(k):
                 get(32)
 
         sglang_us = per_call_us(upstream, n, reps) - loop_us
