@@ -88,7 +88,7 @@ def test_threshold_load_driven(spec: Any, reference: Any) -> None:
 
 def test_non_greedy_across_switches(spec: Any) -> None:
     """Sampled requests run across switches without error and produce full-length outputs."""
-    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     params = {
         "max_new_tokens": 20,
         "temperature": 0.9,
@@ -105,9 +105,10 @@ def test_non_greedy_across_switches(spec: Any) -> None:
 def test_fault_in_each_action_keeps_serving(spec: Any, reference: Any, action: str) -> None:
     """An exception in any entry/exit action: logged, FAULT to PLAIN, serving continues with
     correct tokens."""
-    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    # every k=2 visits all four modes (k=1 flips PLAIN <-> RESYNCING, abandoning each resync)
+    F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     before = F.counters(spec.test_dir, wait_s=5)["action_failures"]
-    F.inject(spec.test_dir, fail={action: 1}, control={"policy": {"name": "every", "k": 1}})
+    F.inject(spec.test_dir, fail={action: 1}, control={"policy": {"name": "every", "k": 2}})
     out = E.generate_greedy(spec, PROMPTS[:4], 20)
     assert out == reference(PROMPTS[:4], 20)
     c = F.counters(spec.test_dir, wait_s=5)
@@ -120,7 +121,7 @@ def test_arrivals_finishes_aborts_in_every_mode(spec: Any, reference: Any) -> No
     """Requests arrive, finish and are aborted while the engine flips through all modes."""
     import random
 
-    F.set_policy(spec.test_dir, {"name": "every", "k": 1})
+    F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     trace = F.random_trace(random.Random(5), 14, p_abort=0.3)
     got = F.run_trace(spec, trace)
     ref = reference([r["prompt"] for r in trace], [r["max_new"] for r in trace])
