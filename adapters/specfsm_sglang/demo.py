@@ -5,7 +5,9 @@ Starts the embedded default (tiny Llama target + EAGLE-3 draft, see
 ramp (few concurrent requests -> many -> few) with a progress bar, and prints per-phase
 throughput and acceptance. Ctrl-C shuts the engine down cleanly. About a minute on 2 cores.
 
-The FSM adapter adds its mode timeline / transition log to :func:`report` later.
+With specfsm on (the default), the engine runs the specfsm plugin with a ThresholdPolicy; the
+demo then prints the mode timeline (one column per decode step, with the batch size) and the
+JSON transition log.
 """
 
 from __future__ import annotations
@@ -119,6 +121,42 @@ def report(results: list[PhaseResult], out: TextIO = sys.stdout) -> None:
     out.flush()
 
 
+GLYPH = {"SPECULATING": "S", "DRAINING": "d", "PLAIN": ".", "RESYNCING": "r"}
+
+
+def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
+    """Mode per decode step (from specfsm.observation lines) and the transition lines."""
+    import json
+
+    try:
+        with open(log_path) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+    except OSError:
+        out.write(f"(no specfsm log at {log_path})\n")
+        return
+    obs = [x for x in lines if x.get("event") == "specfsm.observation"]
+    trans = [x for x in lines if x.get("event") == "specfsm.transition"]
+    if obs:
+        modes = "".join(GLYPH.get(x["mode"], "?") for x in obs)
+        peak = max(1, max(x["bs"] for x in obs))
+        bars = " .:-=+*#%@"
+        load = "".join(bars[min(9, round(9 * x["bs"] / peak))] for x in obs)
+        out.write(
+            f"\nmode per decode step (S speculating, d draining, . plain, r resyncing); "
+            f"load row: batch size 0..{peak}\n"
+        )
+        for i in range(0, len(modes), width):
+            out.write(f"  step {i + 1:5d} mode {modes[i : i + width]}\n")
+            out.write(f"  {'':10s} load {load[i : i + width]}\n")
+    out.write(f"\nspecfsm transitions ({len(trans)}), from {log_path}:\n")
+    for x in trans:
+        out.write(
+            f"  step {x['iteration']:5d} {x['src']:>11s} -> {x['dst']:<11s} {x['trigger']:<9s}"
+            f" bs={x.get('bs', '-'):<3} {x.get('reason', '')}\n"
+        )
+    out.flush()
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specfsm demo", description=__doc__.splitlines()[0])
     p.add_argument("--spec", default="EAGLE3", choices=["EAGLE3", "EAGLE", "STANDALONE", "none"])
@@ -130,6 +168,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="concurrent requests per phase, comma separated (default 2,16,2)",
     )
     p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument(
+        "--policy",
+        default="threshold:high=6,low=3,debounce=2,min_dwell=4",
+        help="specfsm policy shorthand (SPECFSM_POLICY syntax)",
+    )
+    p.add_argument("--no-specfsm", action="store_true", help="run without the specfsm plugin")
     return p.parse_args(argv)
 
 
@@ -147,9 +191,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     engine = None
     results: list[PhaseResult] = []
+    log_path = ""
+    use_fsm = spec in ("EAGLE3", "EAGLE") and not args.no_specfsm
     try:
         t0 = time.perf_counter()
         print("starting engine ...", flush=True)
+        if use_fsm:
+            import json
+            import os
+            import tempfile
+
+            log_path = os.path.join(tempfile.mkdtemp(prefix="specfsm-demo-"), "transitions.jsonl")
+            os.environ["SPECFSM_POLICY"] = args.policy
+            os.environ["SPECFSM_CONFIG_JSON"] = json.dumps({"log": log_path, "observe_every": 1})
+            print(f"specfsm on: policy {args.policy}; log {log_path}", flush=True)
         engine = make_engine(
             spec=spec,
             tree=args.tree and spec is not None,
@@ -164,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
             engine.loop.run_until_complete(_run_phase(engine, result, args.max_new_tokens, k))
         report(results)
+        if log_path:
+            timeline(log_path)
         return 0
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: shutting the engine down\n")
