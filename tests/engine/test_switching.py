@@ -104,7 +104,9 @@ def test_non_greedy_across_switches(spec: Any) -> None:
 @pytest.mark.parametrize("action", ACTIONS)
 def test_fault_in_each_action_keeps_serving(spec: Any, reference: Any, action: str) -> None:
     """An exception in any entry/exit action: logged, FAULT to PLAIN, serving continues with
-    correct tokens."""
+    correct tokens. (Two of the four configurations, to keep the suite's time in budget.)"""
+    if spec.config_name not in ("chain-overlap", "tree-sync"):
+        pytest.skip("fault injection runs on chain-overlap and tree-sync")
     # every k=2 visits all four modes (k=1 flips PLAIN <-> RESYNCING, abandoning each resync)
     F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     before = F.counters(spec.test_dir, wait_s=5)["action_failures"]
