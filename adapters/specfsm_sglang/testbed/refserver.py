@@ -19,8 +19,18 @@ class ReferenceServer:
     """Greedy no-speculation outputs from a child-process engine, cached per (prompt, len)."""
 
     def __init__(self, **engine_kwargs: Any) -> None:
+        # Started through a short-lived intermediate process, so the server is NOT a descendant
+        # of this process: SGLang's Engine.shutdown() kills its caller's whole process tree,
+        # which would take the reference engine down with every specfsm engine.
+        server = [
+            sys.executable,
+            "-m",
+            "specfsm_sglang.testbed.refserver",
+            json.dumps(engine_kwargs),
+        ]
+        launcher = "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True)"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specfsm_sglang.testbed.refserver", json.dumps(engine_kwargs)],
+            [sys.executable, "-c", launcher, *server],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -36,7 +46,7 @@ class ReferenceServer:
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError(f"reference engine exited (rc={self.proc.poll()})")
+                raise RuntimeError("reference engine exited")
             if line.startswith("@@"):
                 return json.loads(line[2:])
 
@@ -56,13 +66,12 @@ class ReferenceServer:
         return [self.cache[k] for k in keys]
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        """EOF on its stdin makes the server shut its engine down and exit."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        for _ in self.proc.stdout:  # drain until the server closes its end (it has exited)
+            pass
+        self.proc.wait(timeout=10)
 
 
 def _serve() -> None:
