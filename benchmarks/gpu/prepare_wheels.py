@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Download, slim and pack the wheels that let SGLang 0.5.17 run on an offline H200 box.
+
+Run HERE (a machine that reaches PyPI). The target box has Python 3.12, torch 2.11.0+cu130,
+triton 3.6.0, numpy, aiohttp, requests, huggingface-hub, ... already (see docs/gpu.md); only what
+it lacks is fetched, each pinned, for Python 3.12 manylinux x86_64, with --no-deps.
+
+Slimming (reproducible: same input wheel -> same output bytes; entries keep their order and
+timestamps, RECORD is rewritten without the dropped files):
+- sglang-kernel 0.4.5: drops ``sgl_kernel/flash_ops.abi3.so`` (the FA3 library, 1.1 GB unpacked,
+  loaded only by the ``fa3`` attention backend: launch with ``--attention-backend triton`` or
+  ``flashinfer``), ``sgl_kernel/sm100/`` (Blackwell build; the H200 is sm90 and loads
+  ``sgl_kernel/sm90/``) and ``infllm_ops`` (InfLLM-v2 sparse attention, lazily loaded, MiniCPM).
+- xgrammar 0.2.1: drops ``xgrammar/lib/libxgrammar.a`` (static library for C++ builds; Python uses
+  ``libxgrammar_bindings.so``).
+
+Packing: wheels go into ``.gpu/chunk1`` and ``.gpu/chunk2`` (``.gpu/`` is git-ignored), each under
+the 64 MiB per-call transfer limit, first-fit by size. ``.gpu/manifest.txt`` lists name, size and
+sha256 of every packed wheel. Usage::
+
+    python3 benchmarks/gpu/prepare_wheels.py            # -> .gpu/chunk*/ + .gpu/manifest.txt
+    python3 benchmarks/gpu/prepare_wheels.py --check    # verify the packed chunks only
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_DIR = ROOT / ".gpu"
+CACHE = GPU_DIR / "download"
+CHUNK_LIMIT = 60 * 2**20  # bytes of wheels per chunk (64 MiB per call, minus the working tree)
+
+# The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
+# sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
+# transformers==5.12.1 (which wants tokenizers<=0.23.0, the box has 0.23.2)).
+CORE = [
+    "sglang==0.5.17",
+    "sglang-kernel==0.4.5",
+    "flashinfer-python==0.6.15.post1",
+    "apache-tvm-ffi==0.1.11",
+    "xgrammar==0.2.1",
+    "transformers==5.12.1",
+    "tokenizers==0.22.2",
+]
+# Imported while sglang.launch_server / Engine / bench_one_batch / scheduler / EAGLE worker load,
+# and not on the box. Found by importing those modules in a clean Python 3.12 venv and adding
+# each missing module in turn (docs/gpu.md). Versions: the ones that imported together there;
+# openai is sglang's own pin.
+SMALL = [
+    "annotated-types==0.8.0",
+    "asttokens==3.0.2",
+    "compressed-tensors==0.20.1",
+    "decorator==5.3.1",
+    "dill==0.4.1",
+    "distro==1.9.0",
+    "executing==2.3.0",
+    "fastapi==0.165.0",
+    "gguf==0.19.0",
+    "ipython==9.18.1",
+    "ipython-pygments-lexers==1.1.1",
+    "jedi==0.20.1",
+    "jiter==0.19.0",
+    "loguru==0.7.3",
+    "matplotlib-inline==0.2.2",
+    "msgspec==0.22.0",
+    "openai==2.6.1",
+    "opentelemetry-api==1.45.2",
+    "orjson==3.13.0",
+    "parso==0.8.7",
+    "partial-json-parser==0.2.1.1.post7",
+    "pexpect==4.9.0",
+    "prompt-toolkit==3.0.53",
+    "ptyprocess==0.7.0",
+    "pure-eval==0.2.4",
+    "pybase64==1.5.1",
+    "pydantic==2.14.4",
+    "pydantic-core==2.50.5",
+    "python-multipart==0.0.34",
+    "pyzmq==27.3.0",
+    "setproctitle==1.3.8",
+    "sniffio==1.3.1",
+    "stack-data==0.6.3",
+    "starlette==1.10.0",
+    "traitlets==5.16.1",
+    "typing-inspection==0.4.5",
+    "uvicorn==0.54.0",
+    "wcwidth==0.9.4",
+]
+PLATFORMS = [
+    "manylinux_2_34_x86_64",  # sglang 0.5.17 itself is cp312-manylinux_2_34 (compiled modules)
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
+SLIM = {
+    "sglang_kernel": (
+        "sgl_kernel/flash_ops.abi3.so",
+        "sgl_kernel/sm100/",
+        "sgl_kernel/infllm_ops.",
+    ),
+    "xgrammar": ("xgrammar/lib/libxgrammar.a",),
+}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(specs: list[str], dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+    ]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    print(f"[prepare] pip download {len(specs)} wheels into {dest}", flush=True)
+    subprocess.run(cmd + specs, check=True)
+
+
+def slim_wheel(src: Path, dst: Path, drop: tuple[str, ...]) -> tuple[int, int]:
+    """Copy ``src`` to ``dst`` without entries starting with any of ``drop``; fix RECORD."""
+    dropped = 0
+    kept = 0
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
+        for info in zin.infolist():
+            if info.filename.startswith(drop):
+                dropped += info.file_size
+                continue
+            data = zin.read(info.filename)
+            if info.filename == record_name:
+                rows = [r for r in csv.reader(data.decode().splitlines()) if r]
+                buf = io.StringIO()
+                csv.writer(buf, lineterminator="\n").writerows(
+                    r for r in rows if not r[0].startswith(drop)
+                )
+                data = buf.getvalue().encode()
+            out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            out.external_attr = info.external_attr
+            out.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(out, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=6)
+            kept += 1
+    return dropped, kept
+
+
+def verify_record(whl: Path) -> None:
+    """Every file listed in RECORD is present with its hash (what pip relies on)."""
+    with zipfile.ZipFile(whl) as z:
+        names = set(z.namelist())
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        for row in csv.reader(z.read(record).decode().splitlines()):
+            if len(row) != 3 or not row[1]:
+                continue
+            name, digest, _ = row
+            if name not in names:
+                raise SystemExit(f"{whl.name}: RECORD lists missing {name}")
+            algo, _, want = digest.partition("=")
+            got = base64.urlsafe_b64encode(hashlib.new(algo, z.read(name)).digest()).rstrip(b"=")
+            if got.decode() != want:
+                raise SystemExit(f"{whl.name}: hash mismatch for {name}")
+
+
+def pack(wheels: list[Path]) -> list[list[Path]]:
+    chunks: list[list[Path]] = []
+    sizes: list[int] = []
+    for whl in sorted(wheels, key=lambda p: -p.stat().st_size):
+        size = whl.stat().st_size
+        if size > CHUNK_LIMIT:
+            raise SystemExit(f"{whl.name} ({size / 2**20:.1f} MiB) exceeds one chunk")
+        for i, used in enumerate(sizes):
+            if used + size <= CHUNK_LIMIT:
+                chunks[i].append(whl)
+                sizes[i] += size
+                break
+        else:
+            chunks.append([whl])
+            sizes.append(size)
+    return chunks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only verify existing chunks")
+    ap.add_argument("--keep-download", action="store_true", help="keep .gpu/download")
+    args = ap.parse_args(argv)
+
+    if not args.check:
+        download(CORE + SMALL, CACHE)
+        for old in GPU_DIR.glob("chunk*"):
+            shutil.rmtree(old)
+        staged = GPU_DIR / "staged"
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        for whl in sorted(CACHE.glob("*.whl")):
+            dist = whl.name.split("-")[0]
+            if dist in SLIM:
+                dropped, kept = slim_wheel(whl, staged / whl.name, SLIM[dist])
+                print(
+                    f"[prepare] slimmed {whl.name}: {whl.stat().st_size / 2**20:.1f} -> "
+                    f"{(staged / whl.name).stat().st_size / 2**20:.1f} MiB "
+                    f"(dropped {dropped / 2**20:.0f} MiB unpacked, kept {kept} entries)",
+                    flush=True,
+                )
+            else:
+                shutil.copy2(whl, staged / whl.name)
+        wanted = {s.split("==")[0].replace("-", "_").lower() for s in CORE + SMALL}
+        got = {w.name.split("-")[0].lower() for w in staged.glob("*.whl")}
+        if wanted != got:
+            raise SystemExit(f"wheel set mismatch: missing {wanted - got}, extra {got - wanted}")
+        for i, chunk in enumerate(pack(sorted(staged.glob("*.whl"))), start=1):
+            cdir = GPU_DIR / f"chunk{i}"
+            cdir.mkdir()
+            for whl in chunk:
+                shutil.move(str(whl), cdir / whl.name)
+        staged.rmdir()
+        if not args.keep_download:
+            shutil.rmtree(CACHE)
+
+    lines = []
+    total = 0
+    for cdir in sorted(GPU_DIR.glob("chunk*")):
+        csize = 0
+        for whl in sorted(cdir.glob("*.whl")):
+            verify_record(whl)
+            size = whl.stat().st_size
+            csize += size
+            lines.append(f"{cdir.name}/{whl.name} {size} {sha256(whl)}")
+        total += csize
+        print(
+            f"[prepare] {cdir.name}: {len(list(cdir.glob('*.whl')))} wheels, "
+            f"{csize / 2**20:.1f} MiB",
+            flush=True,
+        )
+        if csize > CHUNK_LIMIT:
+            raise SystemExit(f"{cdir.name} is over the chunk limit")
+    (GPU_DIR / "manifest.txt").write_text("\n".join(lines) + "\n")
+    n_chunks = len(list(GPU_DIR.glob("chunk*")))
+    print(f"wheels_packed: {len(lines)} (goal == {len(CORE) + len(SMALL)})")
+    print(
+        f"total_mib: {total / 2**20:.1f} in {n_chunks} chunks (goal: each <= "
+        f"{CHUNK_LIMIT / 2**20:.0f} MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
