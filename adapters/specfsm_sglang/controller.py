@@ -89,24 +89,30 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
             return None
         return Violation("batch.spec_info", "EagleDraftInput | None", describe(info))
 
-    def rows(field: str) -> Any:
-        def check(s: _Subject) -> Violation | None:
-            value = getattr(s.batch.spec_info, field, None)
-            if value is None or s.batch.forward_mode.is_idle():
-                return None
+    row_fields = ("bonus_tokens", "topk_p", "topk_index", "hidden_states")
+    topk_fields = ("topk_p", "topk_index")
+
+    def rows(s: _Subject) -> Violation | None:
+        """Every per-request tensor of the draft input has one row per request."""
+        batch = s.batch
+        info = batch.spec_info
+        if info is None or batch.forward_mode.is_idle():
+            return None
+        n = bs(s)
+        for field in row_fields:
+            value = getattr(info, field, None)
+            if value is None:
+                continue
             shape = getattr(value, "shape", None)
-            n = bs(s)
-            if shape is None or len(shape) == 0 or int(shape[0]) != n:
+            if shape is None or len(shape) == 0 or shape[0] != n:
                 return Violation(
                     f"batch.spec_info.{field}", f"rows == batch size ({n})", describe(value)
                 )
-            if field in ("topk_p", "topk_index") and (len(shape) < 2 or int(shape[1]) != ctl.topk):
+            if field in topk_fields and (len(shape) < 2 or shape[1] != ctl.topk):
                 return Violation(
                     f"batch.spec_info.{field}", f"[bs, topk={ctl.topk}]", describe(value)
                 )
-            return None
-
-        return check
+        return None
 
     def width(want_steps: int, want_tokens: int) -> Any:
         def check(s: _Subject) -> Violation | None:
@@ -129,13 +135,7 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
 
         return check
 
-    common = [
-        draft_input,
-        rows("bonus_tokens"),
-        rows("topk_p"),
-        rows("topk_index"),
-        rows("hidden_states"),
-    ]
+    common = [draft_input, rows]
     wide = [*common, width(ctl.spec_steps, ctl.spec_tokens)]
     narrow = [*common, width(0, 1)]
     return Contracts(
