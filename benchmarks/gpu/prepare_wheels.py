@@ -42,7 +42,7 @@ CHUNK_LIMIT = 60 * 2**20  # bytes of wheels per chunk (64 MiB per call, minus th
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
 # sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
-# transformers==5.12.1 (which wants tokenizers<=0.23.0, the box has 0.23.2)).
+# transformers==5.12.1 (which wants tokenizers<=0.23.0, the box has 0.23.2), sgl-deep-gemm).
 CORE = [
     "sglang==0.5.17",
     "sglang-kernel==0.4.5",
@@ -51,6 +51,9 @@ CORE = [
     "xgrammar==0.2.1",
     "transformers==5.12.1",
     "tokenizers==0.22.2",
+    # dsa_backend.py does `import deep_gemm` on CUDA, and eagle_worker_v2.py imports dsa_backend
+    # while capturing the draft CUDA graphs: without it EAGLE-3 fails at start (seen on the H200).
+    "sgl-deep-gemm==0.1.5.post1",
 ]
 # Imported while sglang.launch_server / Engine / bench_one_batch / scheduler / EAGLE worker load,
 # and not on the box. Found by importing those modules in a clean Python 3.12 venv and adding

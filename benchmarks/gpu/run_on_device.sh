@@ -13,7 +13,9 @@
 #            -> $OUT/h200_sglang0517_llama8b.csv, $OUT/sglang_summary.txt, $OUT/sglang_logs.tgz
 # Environment: OUT (results; default $WORK/out), SITE (default /tmp/specfsm_site),
 # WORK (default /tmp/specfsm_gpu), SPECS (default "none chain tree"), BS (default
-# 1,2,4,8,16,32,64,128,256), ENGINE_TIMEOUT (seconds per engine run, default 200).
+# 1,2,4,8,16,32,64,128,256), ENGINE_TIMEOUT (seconds per engine run, default 300: the first
+# start on a fresh box JIT-compiles for minutes), ATTN (attention backend: flashinfer (default)
+# or triton; fa3 is slimmed out).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -22,7 +24,11 @@ WORK=${WORK:-/tmp/specfsm_gpu}
 OUT=${OUT:-$WORK/out}
 SPECS=${SPECS:-"none chain tree"}
 BS=${BS:-1,2,4,8,16,32,64,128,256}
-ENGINE_TIMEOUT=${ENGINE_TIMEOUT:-200}
+ENGINE_TIMEOUT=${ENGINE_TIMEOUT:-300}
+ATTN=${ATTN:-flashinfer}
+# flashinfer's default 384 MiB workspace overflows while capturing the verify graphs at bs 256
+# ("Buffer overflow when allocating memory for batch_prefill_tmp_v"); 2 GiB ran the tree.
+[ "$ATTN" = flashinfer ] && export SGLANG_FLASHINFER_WORKSPACE_SIZE=${SGLANG_FLASHINFER_WORKSPACE_SIZE:-2147483648}
 PY=${PY:-python3}
 mkdir -p "$SITE" "$WORK/res" "$OUT"
 export PYTHONUNBUFFERED=1
@@ -84,7 +90,7 @@ import sgl_kernel, flashinfer, xgrammar, transformers, tokenizers
 import sglang
 print(f"probe: imports {time.time() - t:.1f}s: sglang {sglang.__version__} sgl_kernel "
       f"{sgl_kernel.__version__} flashinfer {flashinfer.__version__} xgrammar "
-      f"{xgrammar.__version__} transformers {transformers.__version__} tokenizers "
+      f"{getattr(xgrammar, '__version__', '?')} transformers {transformers.__version__} tokenizers "
       f"{tokenizers.__version__} torch {torch.__version__}")
 print("probe: transformers from", transformers.__file__)
 t = time.time()
@@ -135,7 +141,7 @@ stage_sglang() {
     PYTHONPATH="$hook:$SITE${PYTHONPATH:+:$PYTHONPATH}" \
       setsid timeout -k 10 "$ENGINE_TIMEOUT" "$PY" benchmarks/gpu/sglang_engine_bench.py \
         --spec "$spec" --target "$WORK/models/llama8b" --draft "$WORK/models/eagle3_llama8b" \
-        --out "$WORK/res" --bs "$BS" > "$WORK/res/engine_$spec.log" 2>&1 &
+        --out "$WORK/res" --bs "$BS" --attention-backend "$ATTN" > "$WORK/res/engine_$spec.log" 2>&1 &
     pid=$!
     wait $pid
     rc=$?
@@ -148,7 +154,7 @@ stage_sglang() {
     --header "measured $(date -u '+%Y-%m-%d %H:%M UTC') by benchmarks/gpu/run_on_device.sh (sglang stage)" \
     --header "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" \
     --header "versions: sglang 0.5.17, sglang-kernel 0.4.5 (slimmed: no FA3/sm100/infllm), flashinfer-python 0.6.15.post1, torch $("$PY" -c 'import torch; print(torch.__version__)'), transformers 5.12.1" \
-    --header "method: real SGLang Engine, load_format=dummy, attention_backend=triton, sampling_backend=pytorch, CUDA graphs on (bs $BS), overlap off, radix cache off; per batch size N: N requests x 1024 random prompt tokens, 24 new tokens, ignore_eos; each step timed by benchmarks/gpu/sitecustomize.py (cuda synchronize + perf_counter around the call), median over the steps at batch size N" \
+    --header "method: real SGLang Engine, load_format=dummy, attention_backend=$ATTN, sampling_backend=pytorch, CUDA graphs on (bs $BS), overlap off, radix cache off; per batch size N: N requests x 1024 random prompt tokens, 24 new tokens, ignore_eos; each step timed by benchmarks/gpu/sitecustomize.py (cuda synchronize + perf_counter around the call), median over the steps at batch size N" \
     --header "models: llama8b q=1 decode, q=4 chain verify (3 steps topk 1), q=16 tree verify (2 steps topk 4); llama8b_verify_fwd = target forward alone inside verify; eagle3_draft8b = one draft forward (draft() / (steps-1)), q=topk; eagle3_draft_extend8b = draft-extend after verify, q=draft tokens" \
     2>&1 | tee "$OUT/sglang_summary.txt"
   tar czf "$OUT/sglang_logs.tgz" -C "$WORK/res" . 2>/dev/null
