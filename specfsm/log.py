@@ -65,10 +65,11 @@ def json_logger(dest: IO[str] | str | Path, iso_ts: bool = False) -> Any:
     )
 
 
-def obs_fields(obs: Observation | None) -> dict[str, object]:
+_NO_OBS: dict[str, object] = {}
+
+
+def obs_fields(obs: Observation) -> dict[str, object]:
     """The policy inputs of `obs` as flat log fields."""
-    if obs is None:
-        return {}
     return {
         "bs": obs.decode_bs,
         "running": obs.running,
@@ -100,19 +101,6 @@ class TransitionLog:
         exit_us: float | None,
         enter_us: float | None,
     ) -> None:
-        if obs is None:
-            self._log.info(
-                TRANSITION,
-                rank=self.rank,
-                iteration=iteration,
-                src=src.value,
-                dst=dst.value,
-                trigger=event.name,
-                reason=reason,
-                exit_us=exit_us,
-                enter_us=enter_us,
-            )
-            return
         self._log.info(
             TRANSITION,
             rank=self.rank,
@@ -121,10 +109,7 @@ class TransitionLog:
             dst=dst.value,
             trigger=event.name,
             reason=reason,
-            bs=obs.decode_bs,
-            running=obs.running,
-            queued=obs.queued,
-            accept_lens=obs.accept_lens,
+            **(_NO_OBS if obs is None else obs_fields(obs)),
             exit_us=exit_us,
             enter_us=enter_us,
         )

@@ -60,14 +60,13 @@ def test_refused_at_startup(engine: dict[str, Any], env: dict[str, str], reason:
     assert reason in proc.stderr
 
 
-def test_stale_spec_state_is_a_one_line_diagnosis(tmp_path: Path) -> None:
-    """The seeds' bug class (a bs x K tensor reaching a 1-token step) is stopped by the
-    contracts before the forward, with mode, field, expected and actual in one line."""
+def run_stale(tmp_path: Path, **extra: Any) -> subprocess.CompletedProcess[str]:
+    """A PLAIN engine whose next decode forward gets a stale bs x K bonus_tokens tensor."""
     env = {
-        "SPECFSM_CONFIG_JSON": cfg(policy={"name": "fixed", "speculate": False}),
+        "SPECFSM_CONFIG_JSON": cfg(policy={"name": "fixed", "speculate": False}, **extra),
         "SPECFSM_TEST_DIR": str(tmp_path),
     }
-    proc = run(
+    return run(
         {
             "engine": {"spec": "EAGLE3"},
             "env": env,
@@ -75,6 +74,12 @@ def test_stale_spec_state_is_a_one_line_diagnosis(tmp_path: Path) -> None:
             "inject": {"stale_spec_info": 1},
         }
     )
+
+
+def test_stale_spec_state_is_a_one_line_diagnosis(tmp_path: Path) -> None:
+    """The seeds' bug class (a bs x K tensor reaching a 1-token step) is stopped by the
+    contracts before the forward, with mode, field, expected and actual in one line."""
+    proc = run_stale(tmp_path)
     assert "ENGINE-STARTED" in proc.stdout and "GENERATED" not in proc.stdout
     lines = [ln for ln in proc.stderr.splitlines() if "SpecStateError" in ln]
     assert lines, proc.stderr[-3000:]
@@ -87,19 +92,9 @@ def test_stale_spec_state_is_a_one_line_diagnosis(tmp_path: Path) -> None:
 def test_without_contracts_the_same_bug_is_a_deep_crash(tmp_path: Path) -> None:
     """Control: with the contract check sampled away, the same injected state crashes deep in
     the forward with a size mismatch (the seeds' symptom), not with specfsm's diagnosis."""
-    env = {
-        "SPECFSM_CONFIG_JSON": cfg(
-            policy={"name": "fixed", "speculate": False}, contracts_every=1_000_000
-        ),
-        "SPECFSM_TEST_DIR": str(tmp_path),
-    }
-    proc = run(
-        {
-            "engine": {"spec": "EAGLE3"},
-            "env": env,
-            "generate": True,
-            "inject": {"stale_spec_info": 1},
-        }
-    )
-    assert "GENERATED" not in proc.stdout or "SpecStateError" not in proc.stderr
+    proc = run_stale(tmp_path, contracts_every=1_000_000)
+    assert "GENERATED" not in proc.stdout
     assert "SpecStateError" not in proc.stderr
+    # observed: "The size of tensor a (16) must match the size of tensor b (4) at non-singleton
+    # dimension 0" (4 requests x 4 draft tokens): the seeds' "(160) ... (2)" class
+    assert "The size of tensor a (16) must match the size of tensor b (4)" in proc.stderr
