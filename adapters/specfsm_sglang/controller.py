@@ -343,9 +343,10 @@ class Controller:
             self.accept_lens = tuple(n + 1 for n in correct)
             self._last_correct = None
 
-    def note_schedule(self, scheduler: Any) -> None:
-        rb = scheduler.running_batch
-        self.running = len(rb.reqs) if rb is not None else 0
+    def note_schedule(self, scheduler: Any, plan: Any) -> None:
+        # the scheduler assigns plan.running_batch to itself only after this call returns
+        rb = getattr(plan, "running_batch", None)
+        self.running = len(rb.reqs) if rb is not None and rb.reqs is not None else 0
         self.queued = len(scheduler.waiting_queue)
 
     def on_idle(self) -> None:

@@ -91,7 +91,7 @@ def register(cfg: dict[str, Any]) -> None:
     def after_next_batch(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         ctl = _state["controller"]
         if ctl is not None:
-            ctl.note_schedule(self)
+            ctl.note_schedule(self, result)
 
     def after_process_result(
         result: Any, self: Any, batch: Any, res: Any, *a: Any, **k: Any
