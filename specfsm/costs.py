@@ -4,7 +4,11 @@ A table is a CSV with columns ``model,bs,q,ctx,ms_per_step`` (lines starting wit
 comments): milliseconds for one forward of `bs` requests with `q` new tokens each over a KV
 context of `ctx` tokens. Two models are expected: the target (default ``llama8b``; q=1 is a
 plain decode step, q=k a verify of k tokens) and the draft (default ``eagle3_draft8b``; q=topk
-is one draft step, q=k a draft-extend of k tokens).
+is one draft step, q=k a draft-extend of k tokens). A table may also hold the draft-extend as
+its own model (``eagle3_draft_extend8b``, as the in-SGLang tables do, q = draft tokens); it is
+then used for every draft-extend (after a verify, the warm step's, the catch-up, and the draft's
+prefill rate). Below its smallest measured q (the warm step's 1-token extend) one draft forward
+of the same bs x q shape stands in.
 
 Interpolation: piecewise linear in bs between measured batch sizes (linear extrapolation past
 the largest, using the last two points; bs below the smallest uses the smallest); piecewise
@@ -47,6 +51,7 @@ from specfsm.acceptance import DraftShape, accept_length
 
 TARGET_MODEL = "llama8b"
 DRAFT_MODEL = "eagle3_draft8b"
+EXTEND_MODEL = "eagle3_draft_extend8b"
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
@@ -194,22 +199,34 @@ class CostModel:
         ctx: int | None = None,
         target: str = TARGET_MODEL,
         draft: str = DRAFT_MODEL,
+        extend: str | None = None,
     ) -> None:
         self.table = table
         self.shape = shape if shape is not None else DraftShape.chain(3)
         self.target = target
         self.draft = draft
+        if extend is None:
+            extend = EXTEND_MODEL if EXTEND_MODEL in table.models else draft
+        self.extend = extend
         self.ctx = ctx if ctx is not None else table.contexts(target)[0]
+        self._extend_min_q = min(table.qs(extend, table.contexts(extend)[0]))
         t_bs = max(table.batch_sizes(target))
         t_q = max(table.qs(target, table.contexts(target)[0]))
-        d_bs = max(table.batch_sizes(draft))
-        d_q = max(table.qs(draft, table.contexts(draft)[0]))
+        d_bs = max(table.batch_sizes(extend))
+        d_q = max(table.qs(extend, table.contexts(extend)[0]))
         self._memo: dict[tuple[str, float, float], float] = {}
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
-        self.prefill_ms_per_token_draft = self.draft_ms(d_bs, d_q) / (d_bs * d_q)
+        self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
 
     def with_shape(self, shape: DraftShape) -> CostModel:
-        return CostModel(self.table, shape, ctx=self.ctx, target=self.target, draft=self.draft)
+        return CostModel(
+            self.table,
+            shape,
+            ctx=self.ctx,
+            target=self.target,
+            draft=self.draft,
+            extend=self.extend,
+        )
 
     # ---------------------------------------------------------------- raw forwards
     def _lookup(self, model: str, bs: float, q: float) -> float:
@@ -227,6 +244,12 @@ class CostModel:
     def draft_ms(self, bs: float, q: float) -> float:
         return self._lookup(self.draft, bs, q)
 
+    def extend_ms(self, bs: float, q: float) -> float:
+        """A draft-extend of q tokens per request (the extend model; see the module docstring)."""
+        if self.extend == self.draft or q >= self._extend_min_q:
+            return self._lookup(self.extend, bs, q)
+        return self._lookup(self.draft, bs, q)
+
     # ---------------------------------------------------------------- iterations
     def plain_ms(self, bs: float) -> float:
         """One plain decode step."""
@@ -240,12 +263,12 @@ class CostModel:
         return (
             self.target_ms(bs, s.draft_tokens)
             + (s.steps - 1) * self.draft_ms(bs, s.topk)
-            + self.draft_ms(bs, s.draft_tokens)
+            + self.extend_ms(bs, s.draft_tokens)
         )
 
     def warm_ms(self, bs: float) -> float:
         """Warm plain step: a K=1 verify plus the per-step K=1 draft-extend (SGLang steps=0)."""
-        return self.target_ms(bs, 1) + self.draft_ms(bs, 1)
+        return self.target_ms(bs, 1) + self.extend_ms(bs, 1)
 
     def steps0_ms(self, bs: float) -> float:
         """SGLang adaptive at steps=0 (= `warm_ms`)."""
@@ -265,7 +288,7 @@ class CostModel:
         """Batched draft-extend over `lag_tokens` tokens in total across `bs` requests."""
         if bs <= 0 or lag_tokens <= 0:
             return 0.0
-        return self.draft_ms(bs, lag_tokens / bs)
+        return self.extend_ms(bs, lag_tokens / bs)
 
     def resync_ms(self, bs: float, lag_tokens: float) -> float:
         """RESYNCING: one plain step plus the catch-up draft-extend over the lag tokens."""
@@ -320,4 +343,5 @@ class CostModel:
             "shape": self.shape.label(),
             "target": self.target,
             "draft": self.draft,
+            "extend": self.extend,
         }

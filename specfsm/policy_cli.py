@@ -460,14 +460,29 @@ def plot_timeline(path: str, results: Sequence[RunResult], title: str) -> None:
     for ax, r in zip(axes, results, strict=True):
         tl = r.timeline or []
         ts = [x[0] for x in tl]
+        # the mode as shaded spans behind the decode batch size
+        seen: set[str] = set()
+        i = 0
+        while i < len(tl):
+            j = i
+            while j + 1 < len(tl) and tl[j + 1][2] == tl[i][2]:
+                j += 1
+            m = tl[i][2]
+            t0 = tl[i - 1][0] if i > 0 else 0.0
+            ax.axvspan(
+                t0,
+                tl[j][0],
+                color=colors.get(m, "grey"),
+                alpha=0.25 if m in ("SPECULATING", "PLAIN") else 0.8,
+                lw=0,
+                label=m if m not in seen else None,
+            )
+            seen.add(m)
+            i = j + 1
         ax.plot(ts, [x[1] for x in tl], color="black", lw=0.6, label="decode bs")
-        for m, col in colors.items():
-            pts = [(x[0], x[1]) for x in tl if x[2] == m]
-            if pts:
-                ax.scatter([p[0] for p in pts], [0] * len(pts), c=col, s=4, marker="|", label=m)
         ax.set_ylabel("bs", fontsize=8)
         ax.set_title(f"{r.policy}: {r.switches} switches", fontsize=8)
-        ax.legend(fontsize=6, loc="upper right", ncol=5)
+        ax.legend(fontsize=6, loc="upper left", ncol=5, framealpha=0.9)
     axes[-1].set_xlabel("simulated time (s)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -126,3 +126,29 @@ def test_bad_shapes() -> None:
         DraftShape(1, 3, 8)
     with pytest.raises(ValueError):
         DraftShape(2, 2, 10)
+
+
+def test_separate_draft_extend_model() -> None:
+    """A table with an eagle3_draft_extend8b model (the in-SGLang tables) uses it for every
+    draft-extend; below its smallest q (the warm step's 1-token extend) a draft forward of the
+    same bs x q stands in."""
+    text = "\n".join(
+        [
+            "model,bs,q,ctx,ms_per_step",
+            *(f"llama8b,{b},{q},1024,{10 * b + q}" for b in (1, 8) for q in (1, 4)),
+            *(f"eagle3_draft8b,{b},1,1024,{0.5 + b / 100}" for b in (1, 8)),
+            *(
+                f"eagle3_draft_extend8b,{b},{q},1024,{1 + b / 10 + q / 100}"
+                for b in (1, 8)
+                for q in (4, 16)
+            ),
+        ]
+    )  # fmt: skip
+    m = CostModel(parse_table(text, "t"), DraftShape.chain(3))
+    assert m.extend == "eagle3_draft_extend8b"
+    # spec = verify(8, 4) + 2 draft steps(8, 1) + extend(8, 4)
+    assert m.spec_ms(8) == pytest.approx(84 + 2 * 0.58 + 1.84)
+    assert m.warm_ms(8) == pytest.approx(81 + 0.58)  # extend q=1 < 4: draft forward stands in
+    assert m.catchup_ms(8, 8 * 16) == pytest.approx(1 + 0.8 + 0.16)
+    assert m.prefill_ms_per_token_draft == pytest.approx((1.8 + 0.16) / (8 * 16))
+    assert CostModel(parse_table(text, "t"), extend="eagle3_draft8b").extend == "eagle3_draft8b"
