@@ -11,7 +11,8 @@ specfsm is active in SGLang only when one of the first three is set. Keys:
                     {"name": "scripted", "schedule": [[100, "PLAIN"], [300, "SPECULATING"]]}
                     {"name": "every", "k": 5}           (flip every k decode forwards)
                     {"name": "random", "seed": 0, "p": 0.5, "hold": 1}
-                    {"name": "goodput", "table": "<csv>", "accept_len": 2.5, ...}
+                    {"name": "goodput", "table": "h200_sglang0517_llama8b", "shape": "chain3",
+                     "accept_len": 2.5, ...}  (see specfsm.goodput.policy_from_config)
   initial_mode      "SPECULATING" (default) or "PLAIN"
   log               path of the JSON transition log; "-" = stderr; null = structlog default
   observe_every     write specfsm.observation every N decode forwards (0 = off)
