@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("specfsm_sglang")
-from specfsm import FixedPolicy, ThresholdPolicy  # noqa: E402
-from specfsm_sglang.config import ConfigError, make_policy, requested, resolve  # noqa: E402
+from specfsm_sglang.config import ConfigError, make_policy, requested, resolve
+
+from specfsm import FixedPolicy, ThresholdPolicy
 
 
 def test_not_requested_without_variables() -> None:
