@@ -231,6 +231,7 @@ class Controller:
         self._control_mtime = 0.0
         self._inject_mtime = 0.0
         self._stale_inject = 0
+        self._idle_written = 0.0
         self.counters: dict[str, Any] = {
             "rank": self.rank,
             "decode_forwards": 0,
@@ -351,8 +352,11 @@ class Controller:
 
     def on_idle(self) -> None:
         self.counters["idle_checks"] += 1
-        if self.test_dir is not None and self.counters["idle_checks"] % 64 == 1:
-            self._write_counters()
+        if self.test_dir is not None:
+            now = time.monotonic()
+            if now - self._idle_written >= 0.25:  # the idle loop may spin: throttle the writes
+                self._idle_written = now
+                self._write_counters()
 
     # ------------------------------------------------------------------ transitions
     def _on_transition(self, rec: TransitionRecord) -> None:
