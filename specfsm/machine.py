@@ -104,6 +104,7 @@ class SpecFSM:
         self._observe_every = observe_every
         self._observe_seconds = observe_seconds
         self._next_observe_t = 0.0
+        self._observing = bool(observe_every or observe_seconds)
         self._model = _Model()
         self._machine = Machine(
             model=self._model,
@@ -146,13 +147,8 @@ class SpecFSM:
         self.iteration = obs.iteration
         mode = self._model.mode
         event = self.policy.decide(mode, obs)
-        if self._observe_every and obs.iteration % self._observe_every == 0:
-            self.log.observation(obs, mode)
-        elif self._observe_seconds:
-            now = time.monotonic()
-            if now >= self._next_observe_t:
-                self._next_observe_t = now + self._observe_seconds
-                self.log.observation(obs, mode)
+        if self._observing:
+            self._maybe_observe(obs, mode)
         if event is None:
             return None
         if event not in LOAD_EVENTS:
@@ -162,6 +158,16 @@ class SpecFSM:
             )
         self.process_event(event, obs, self.policy.last_reason)
         return event
+
+    def _maybe_observe(self, obs: Observation, mode: Mode) -> None:
+        """The sampled specfsm.observation line (every N iterations and/or T seconds)."""
+        if self._observe_every and obs.iteration % self._observe_every == 0:
+            self.log.observation(obs, mode)
+        elif self._observe_seconds:
+            now = time.monotonic()
+            if now >= self._next_observe_t:
+                self._next_observe_t = now + self._observe_seconds
+                self.log.observation(obs, mode)
 
     # ------------------------------------------------------------------ transitions
     def process_event(self, event: Event, obs: Observation | None = None, reason: str = "") -> Mode:

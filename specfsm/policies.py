@@ -16,6 +16,9 @@ from typing import Protocol, runtime_checkable
 from specfsm.observation import Observation
 from specfsm.table import Event, Mode
 
+_PLAIN = Mode.PLAIN  # module-level aliases: one global load on the per-iteration path
+_DRAINING = Mode.DRAINING
+
 
 def toward(mode: Mode, speculate: bool) -> Event | None:
     """The load event that moves `mode` toward speculating (True) or not (False), if any.
@@ -108,13 +111,16 @@ class ThresholdPolicy:
             self._since = obs.iteration
             self._streak = 0
         load = obs.running if self._use_running else obs.decode_bs
-        if mode is Mode.PLAIN:
+        if mode is _PLAIN:
             past = load <= self.low
-        elif mode is Mode.DRAINING:
+        elif mode is _DRAINING:
             return None
         else:
             past = load > self.high
-        self._streak = self._streak + 1 if past else 0
+        if not past:  # the common case: nothing to count
+            self._streak = 0
+            return None
+        self._streak += 1
         if self._streak < self.debounce or obs.iteration - self._since < self.min_dwell:
             return None
         self._streak = 0
