@@ -156,3 +156,20 @@ def test_no_kv_leak_and_still_serving(spec: Any, reference: Any) -> None:
     assert F.counters(spec.test_dir)["idle_checks"] > n0
     info = spec.get_server_info()
     assert not info.get("disable_radix_cache", False)
+
+
+def test_per_request_spec_metrics_count_k_wide_rounds(spec: Any) -> None:
+    """With 1-wide rounds mixed in, SGLang's per-request spec metrics describe the K-wide
+    rounds only: proposed drafts = verify rounds x (K - 1), accept length = 1 + correct /
+    verify rounds, and the 1-wide rounds are not counted as verify rounds."""
+    F.set_policy(spec.test_dir, {"name": "every", "k": 2})
+    k = E.TREE["speculative_num_draft_tokens"] if "tree" in spec.config_name else 4
+    outs = E.generate(spec, PROMPTS[:3], 32)
+    for o in outs:
+        m = o["meta_info"]
+        assert m.get("spec_verify_ct"), m
+        verify = m["spec_verify_ct"]
+        assert m["spec_num_proposed_drafts"] == verify * (k - 1)
+        assert m["spec_accept_length"] == pytest.approx(1 + m["spec_num_correct_drafts"] / verify)
+        # every-2 spends about half of the decode rounds 1-wide; counted, they would be ~31
+        assert verify <= 0.75 * (m["completion_tokens"] - 1), m
