@@ -44,6 +44,39 @@ def register_refusal(reason: str) -> None:
     )
 
 
+def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
+    # accept length = tokens committed per K-wide verify including the bonus, exactly;
+    # SGLang's completion_tokens / verify_ct would count PLAIN tokens too.
+    if meta_info.get("spec_verify_ct"):
+        meta_info["spec_accept_length"] = (
+            1.0 + meta_info["spec_num_correct_drafts"] / meta_info["spec_verify_ct"]
+        )
+
+
+def register_tokenizer_side() -> None:
+    """The tokenizer-process hook (the engine's parent / the HTTP server's main process)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(
+        compat.surface().tokenizer_spec_metrics, _after_spec_metrics, HookType.AFTER
+    )
+
+
+def ensure_tokenizer_side() -> None:
+    """Apply the tokenizer-side hook in THIS process now, if it is not applied yet.
+
+    SGLang's load_plugins() runs once per process; a server runs one engine per process, so the
+    plugin registers it at start-up. A process that started an engine without specfsm first
+    (a test session) gets it here.
+    """
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    if compat.surface().tokenizer_spec_metrics in HookRegistry._patched:
+        return
+    register_tokenizer_side()
+    HookRegistry.apply_hooks()
+
+
 def register(cfg: dict[str, Any]) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -123,16 +156,8 @@ def register(cfg: dict[str, Any]) -> None:
                     hist[0] -= 1
         return out
 
-    def after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
-        # accept length = tokens committed per K-wide verify including the bonus, exactly;
-        # SGLang's completion_tokens / verify_ct would count PLAIN tokens too.
-        if meta_info.get("spec_verify_ct"):
-            meta_info["spec_accept_length"] = (
-                1.0 + meta_info["spec_num_correct_drafts"] / meta_info["spec_verify_ct"]
-            )
-
     HookRegistry.register(s.resolve_spec_tokens, around_resolve_tokens, HookType.AROUND)
-    HookRegistry.register(s.tokenizer_spec_metrics, after_spec_metrics, HookType.AFTER)
+    register_tokenizer_side()
     HookRegistry.register(s.scheduler_init, check_args, HookType.BEFORE)
     HookRegistry.register(s.scheduler_init, check_installed, HookType.AFTER)
     HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)

@@ -162,6 +162,11 @@ def test_per_request_spec_metrics_count_k_wide_rounds(spec: Any) -> None:
     """With 1-wide rounds mixed in, SGLang's per-request spec metrics describe the K-wide
     rounds only: proposed drafts = verify rounds x (K - 1), accept length = 1 + correct /
     verify rounds, and the 1-wide rounds are not counted as verify rounds."""
+    from specfsm_sglang import hooks
+
+    # The accept-length fix lives in the tokenizer process, i.e. this one; SGLang loads plugins
+    # once per process, so when an engine without specfsm started here first, apply it now.
+    hooks.ensure_tokenizer_side()
     F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     k = E.TREE["speculative_num_draft_tokens"] if "tree" in spec.config_name else 4
     outs = E.generate(spec, PROMPTS[:3], 32)
