@@ -152,3 +152,26 @@ def test_separate_draft_extend_model() -> None:
     assert m.catchup_ms(8, 8 * 16) == pytest.approx(1 + 0.8 + 0.16)
     assert m.prefill_ms_per_token_draft == pytest.approx((1.8 + 0.16) / (8 * 16))
     assert CostModel(parse_table(text, "t"), extend="eagle3_draft8b").extend == "eagle3_draft8b"
+
+
+@pytest.mark.parametrize("name", packaged_tables())
+def test_every_packaged_table_builds_a_cost_model(name: str) -> None:
+    """Every shipped table loads, prices a chain and a tree iteration, and names its source."""
+    table = load_table(name)
+    assert "llama8b" in table.models and "eagle3_draft8b" in table.models
+    for shape in (DraftShape.chain(3), DraftShape(4, 2, 16)):
+        m = CostModel(table, shape)
+        assert 0 < m.plain_ms(1) < m.spec_ms(1)
+        assert m.plain_ms(1) <= m.plain_ms(64)
+
+
+def test_in_engine_ctx4096_crosses_over_earlier() -> None:
+    """The GPU issue's in-engine tables: at ctx 4096 speculation stops paying at a smaller batch
+    than at ctx 1024 (verify reads 4x the KV per request), for the chain and for the tree."""
+    for shape in (DraftShape.chain(3), DraftShape(4, 2, 16)):
+        short = CostModel(load_table("h200_sglang0517_llama8b"), shape)
+        long = CostModel(load_table("h200_sglang0517_llama8b_ctx4096"), shape)
+        acc = accept_length(0.6, shape)
+        x_short, x_long = short.crossover_bs(acc), long.crossover_bs(acc)
+        assert x_short is not None and x_long is not None
+        assert x_long < x_short
