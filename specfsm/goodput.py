@@ -7,7 +7,12 @@ Each iteration the policy compares, at the observed decode batch size bs,
 
 from a `CostModel` (a step-cost table fitted offline) and an online EMA of the accept length
 (tokens committed per verify incl. the bonus; updated only from verifies seen while
-SPECULATING, so a PLAIN stretch leaves the last estimate in place). It moves toward the mode
+SPECULATING). In PLAIN there are no verifies to learn from, so an estimate below the prior
+relaxes back toward it with a half-life of `relax_half_life` PLAIN iterations: without that, a
+noisy low stretch (one request, EMA 0.05: +-0.2 tokens) that tipped the policy into PLAIN at low
+load would keep it there for good, since nothing in PLAIN could raise the estimate again. If
+acceptance really is low, the probe costs one `min_dwell` in SPECULATING per relaxation. It
+moves toward the mode
 whose predicted goodput is higher by more than `margin` (relative hysteresis), after `debounce`
 consecutive iterations agreeing and at least `min_dwell` iterations in the current mode.
 
@@ -51,6 +56,7 @@ class GoodputPolicy:
         min_dwell: int = 32,
         horizon: int = 64,
         lag_cap: int = 256,
+        relax_half_life: int = 512,
         plain: str = PLAIN_WARM,
     ) -> None:
         if plain not in PLAIN_VARIANTS:
@@ -63,6 +69,8 @@ class GoodputPolicy:
             raise ValueError(f"GoodputPolicy: margin must be >= 0: {margin}")
         if debounce < 1 or min_dwell < 0 or horizon < 1:
             raise ValueError("GoodputPolicy: need debounce >= 1, min_dwell >= 0, horizon >= 1")
+        if relax_half_life < 0:
+            raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {relax_half_life}")
         self.cost = cost
         self.prior_accept_len = float(accept_len)
         self.ema_accept_len = float(accept_len)
@@ -72,6 +80,9 @@ class GoodputPolicy:
         self.min_dwell = min_dwell
         self.horizon = horizon
         self.lag_cap = lag_cap
+        self.relax_half_life = relax_half_life
+        #: fraction of (prior - estimate) recovered per PLAIN iteration (0: never)
+        self._relax = 1.0 - 0.5 ** (1.0 / relax_half_life) if relax_half_life else 0.0
         self.plain = plain
         self.last_reason = ""
         self._mode: Mode | None = None
@@ -102,6 +113,8 @@ class GoodputPolicy:
         if mode is Mode.SPECULATING and obs.accept_lens:
             mean = sum(obs.accept_lens) / len(obs.accept_lens)
             self.ema_accept_len += self.ema_alpha * (mean - self.ema_accept_len)
+        elif mode is Mode.PLAIN and self.ema_accept_len < self.prior_accept_len:
+            self.ema_accept_len += self._relax * (self.prior_accept_len - self.ema_accept_len)
         if mode is Mode.DRAINING:
             return None
         bs = obs.decode_bs
@@ -144,6 +157,7 @@ class GoodputPolicy:
             "min_dwell": self.min_dwell,
             "horizon": self.horizon,
             "lag_cap": self.lag_cap,
+            "relax_half_life": self.relax_half_life,
             "plain": self.plain,
             "cost": self.cost.describe(),
         }
@@ -157,6 +171,7 @@ _KEYWORDS: dict[str, type] = {
     "min_dwell": int,
     "horizon": int,
     "lag_cap": int,
+    "relax_half_life": int,
     "plain": str,
 }
 
@@ -213,7 +228,7 @@ def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
     object; must be the shape the server runs), ``ctx`` (optional context length for the table
     lookup), ``accept_len`` (required: mean tokens per verify incl. the bonus, >= 1), and
     GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
-    ``horizon``, ``lag_cap``, ``plain`` ("warm", the default and what the adapter ships, or
+    ``horizon``, ``lag_cap``, ``relax_half_life``, ``plain`` ("warm", the default and what the adapter ships, or
     "zero-tax"). Raises ValueError with the reason on anything missing, unknown or invalid.
     """
     if not isinstance(args, Mapping):

@@ -134,6 +134,25 @@ def test_ema_frozen_outside_speculating(cost: CostModel) -> None:
     assert p.ema_accept_len == pytest.approx(ACC)
 
 
+def test_pessimistic_estimate_relaxes_in_plain(cost: CostModel) -> None:
+    """A low estimate learnt while SPECULATING does not trap the policy in PLAIN at low load:
+    it relaxes toward the prior (half-life in PLAIN iterations) and speculation is retried;
+    with relax_half_life=0 it never is. An estimate above the prior is left alone."""
+    stuck = GoodputPolicy(cost, ACC, ema_alpha=0.2, min_dwell=0, relax_half_life=0)
+    p = GoodputPolicy(cost, ACC, ema_alpha=0.2, min_dwell=0, relax_half_life=100)
+    for q in (stuck, p):
+        hit = drive(q, Mode.SPECULATING, 8, 200, acc=(1,) * 8)
+        assert hit is not None and hit[1] is Event.LOAD_HIGH
+    assert drive(stuck, Mode.PLAIN, 1, 5000, start=200) is None
+    back = drive(p, Mode.PLAIN, 1, 5000, start=200)
+    assert back is not None and back[1] is Event.LOAD_LOW
+    assert 200 < back[0] < 200 + 5 * 100  # a few half-lives, not immediately
+    high = GoodputPolicy(cost, ACC, relax_half_life=1)
+    high.ema_accept_len = ACC + 1.0
+    drive(high, Mode.PLAIN, 1, 10)
+    assert high.ema_accept_len == pytest.approx(ACC + 1.0)
+
+
 def test_never_decides_in_draining_and_events_are_legal(cost: CostModel) -> None:
     """DRAINING yields None; every emitted event is legal in its mode."""
     p = GoodputPolicy(cost, ACC, min_dwell=0, debounce=1)
