@@ -7,14 +7,18 @@ Each iteration the policy compares, at the observed decode batch size bs,
 
 from a `CostModel` (a step-cost table fitted offline) and an online EMA of the accept length
 (tokens committed per verify incl. the bonus; updated only from verifies seen while
-SPECULATING). In PLAIN there are no verifies to learn from, so an estimate below the prior
-relaxes back toward it with a half-life of `relax_half_life` PLAIN iterations: without that, a
-noisy low stretch (one request, EMA 0.05: +-0.2 tokens) that tipped the policy into PLAIN at low
-load would keep it there for good, since nothing in PLAIN could raise the estimate again. If
-acceptance really is low, the probe costs one `min_dwell` in SPECULATING per relaxation. It
-moves toward the mode
-whose predicted goodput is higher by more than `margin` (relative hysteresis), after `debounce`
-consecutive iterations agreeing and at least `min_dwell` iterations in the current mode.
+SPECULATING). The EMA weighs verified requests, not iterations: `ema_alpha` is the weight of one
+request's verify, so an iteration of n verifies moves the estimate by 1 - (1 - ema_alpha)^n of
+the way to their mean. At bs 1 the estimate then averages ~1/ema_alpha verifies (100 by default:
++-0.1 tokens for a chain of 3 at alpha 0.6) instead of swinging with each one; at bs 64 it
+follows a real change within a few iterations. In PLAIN there are no verifies to learn from, so
+an estimate below the prior relaxes back toward it with a half-life of `relax_half_life` PLAIN
+iterations: without that, a low stretch (a hard prompt, or noise) that tipped the policy into
+PLAIN at low load would keep it there for good, since nothing in PLAIN could raise the estimate
+again. If acceptance really is low, the probe costs one `min_dwell` in SPECULATING per
+relaxation. It moves toward the mode whose predicted goodput is higher by more than `margin`
+(relative hysteresis), after `debounce` consecutive iterations agreeing and at least `min_dwell`
+iterations in the current mode.
 
 `plain` says what the engine's PLAIN costs: "warm" (default; what the SGLang adapter ships:
 every PLAIN step is SGLang's steps=0 forward, a 1-token verify plus a 1-token draft-extend,
@@ -50,7 +54,7 @@ class GoodputPolicy:
         cost: CostModel,
         accept_len: float,
         *,
-        ema_alpha: float = 0.05,
+        ema_alpha: float = 0.01,
         margin: float = 0.02,
         debounce: int = 4,
         min_dwell: int = 32,
@@ -89,6 +93,7 @@ class GoodputPolicy:
         self._since = 0
         self._streak = 0
         self._cache: dict[int, tuple[float, float]] = {}  # bs -> (off_ms, spec_ms)
+        self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
 
     def _costs(self, bs: int) -> tuple[float, float]:
         c = self._cache.get(bs)
@@ -111,8 +116,12 @@ class GoodputPolicy:
             self._since = obs.iteration
             self._streak = 0
         if mode is Mode.SPECULATING and obs.accept_lens:
-            mean = sum(obs.accept_lens) / len(obs.accept_lens)
-            self.ema_accept_len += self.ema_alpha * (mean - self.ema_accept_len)
+            n = len(obs.accept_lens)
+            w = self._weights.get(n)
+            if w is None:
+                w = self._weights[n] = 1.0 - (1.0 - self.ema_alpha) ** n
+            mean = sum(obs.accept_lens) / n
+            self.ema_accept_len += w * (mean - self.ema_accept_len)
         elif mode is Mode.PLAIN and self.ema_accept_len < self.prior_accept_len:
             self.ema_accept_len += self._relax * (self.prior_accept_len - self.ema_accept_len)
         if mode is Mode.DRAINING:
@@ -228,8 +237,9 @@ def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
     object; must be the shape the server runs), ``ctx`` (optional context length for the table
     lookup), ``accept_len`` (required: mean tokens per verify incl. the bonus, >= 1), and
     GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
-    ``horizon``, ``lag_cap``, ``relax_half_life``, ``plain`` ("warm", the default and what the adapter ships, or
-    "zero-tax"). Raises ValueError with the reason on anything missing, unknown or invalid.
+    ``horizon``, ``lag_cap``, ``relax_half_life``, ``plain`` ("warm", the default and what the
+    adapter ships, or "zero-tax"). Raises ValueError with the reason on anything missing,
+    unknown or invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")

@@ -127,6 +127,17 @@ def test_ema_learns_low_acceptance(cost: CostModel) -> None:
     assert p.ema_accept_len < 1.3
 
 
+def test_ema_weighs_requests_not_iterations(cost: CostModel) -> None:
+    """One verify moves the estimate by ema_alpha; an iteration of 64 verifies by
+    1 - (1 - ema_alpha)^64 of the way to their mean."""
+    one = GoodputPolicy(cost, ACC, ema_alpha=0.01)
+    one.decide(Mode.SPECULATING, Observation(iteration=0, decode_bs=1, accept_lens=(1,)))
+    assert one.ema_accept_len == pytest.approx(ACC - 0.01 * (ACC - 1))
+    many = GoodputPolicy(cost, ACC, ema_alpha=0.01)
+    many.decide(Mode.SPECULATING, Observation(iteration=0, decode_bs=64, accept_lens=(1,) * 64))
+    assert many.ema_accept_len == pytest.approx(ACC - (1 - 0.99**64) * (ACC - 1))
+
+
 def test_ema_frozen_outside_speculating(cost: CostModel) -> None:
     """accept_lens seen in PLAIN do not move the EMA."""
     p = GoodputPolicy(cost, ACC)
