@@ -88,8 +88,9 @@ class CostTable:
 
     def __init__(self, rows: Iterable[tuple[str, int, int, int, float]], source: str = "") -> None:
         self.source = source
+        self.rows: list[tuple[str, int, int, int, float]] = list(rows)
         data: dict[str, dict[int, dict[int, dict[int, float]]]] = {}
-        for model, bs, q, ctx, ms in rows:
+        for model, bs, q, ctx, ms in self.rows:
             data.setdefault(model, {}).setdefault(ctx, {}).setdefault(q, {})[bs] = ms
         if not data:
             raise ValueError(f"cost table {source!r} has no rows")
@@ -174,8 +175,31 @@ def packaged_tables() -> list[str]:
     return sorted(p.name[:-4] for p in d.iterdir() if p.name.endswith(".csv"))
 
 
+def merge_tables(tables: Sequence[CostTable]) -> CostTable:
+    """One table holding the rows of several (e.g. the same engine measured at two context
+    lengths, so that lookups interpolate over ctx). A (model, bs, q, ctx) given twice is an
+    error, not a silent override."""
+    seen: dict[tuple[str, int, int, int], str] = {}
+    rows: list[tuple[str, int, int, int, float]] = []
+    for t in tables:
+        for row in t.rows:
+            key = row[:4]
+            if key in seen:
+                raise ValueError(
+                    f"cost tables {seen[key]!r} and {t.source!r} both give {key} "
+                    "(model, bs, q, ctx): merge only tables that measure different points"
+                )
+            seen[key] = t.source
+            rows.append(row)
+    return CostTable(rows, "+".join(t.source for t in tables))
+
+
 def load_table(name_or_path: str) -> CostTable:
-    """Load a table from a file path, or by package-data name (e.g. ``h200_llama8b_shared_ref``)."""
+    """Load a table from a file path, or by package-data name (e.g. ``h200_llama8b_shared_ref``).
+    ``"a+b"`` loads both and merges them (`merge_tables`), e.g.
+    ``"h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"`` for ctx 1024 and 4096."""
+    if "+" in name_or_path and not os.path.exists(name_or_path):
+        return merge_tables([load_table(part) for part in name_or_path.split("+") if part])
     if os.path.exists(name_or_path):
         with open(name_or_path, encoding="utf-8") as f:
             return parse_table(f.read(), name_or_path)
@@ -217,6 +241,22 @@ class CostModel:
         self._memo: dict[tuple[str, float, float], float] = {}
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
+
+    @property
+    def contexts(self) -> list[int]:
+        """The target's measured context lengths (more than one: lookups interpolate in ctx)."""
+        return self.table.contexts(self.target)
+
+    def at_ctx(self, ctx: int) -> CostModel:
+        """The same table, shape and models, priced at context length `ctx`."""
+        return CostModel(
+            self.table,
+            self.shape,
+            ctx=ctx,
+            target=self.target,
+            draft=self.draft,
+            extend=self.extend,
+        )
 
     def with_shape(self, shape: DraftShape) -> CostModel:
         return CostModel(

@@ -28,10 +28,17 @@ requires that the time saved over `horizon` iterations pays for the RESYNCING ca
 draft-extend over the lag tokens, estimated as bs x iterations in PLAIN, at most `lag_cap` per
 request since requests turn over).
 
+With a table that measures several context lengths (e.g. ``"h200_sglang0517_llama8b+
+h200_sglang0517_llama8b_ctx4096"``) both goodputs are priced at the iteration's `mean_ctx`
+(bucketed by `ctx_bucket` tokens): on an H200 the crossover batch size of a chain of 3 at
+alpha 0.6 is 44 at 1024 tokens and 15 at 4096, so one context-blind setting is wrong by ~3x
+somewhere. A single-context table, or `mean_ctx` 0 (unknown), uses the configured context.
+
 `policy_from_config(dict)` builds one from a JSON-style description (the SGLang adapter's
 ``{"name": "goodput", ...}`` policy).
 
-Inputs are `decode_bs` and `accept_lens` only (identical on every TP/DP rank), so ranks agree.
+Inputs are `decode_bs`, `mean_ctx` and `accept_lens` only (identical on every TP/DP rank), so
+ranks agree.
 State: the EMA, a streak counter, the mode-entry iteration, and a per-bs prediction cache.
 """
 
@@ -61,6 +68,7 @@ class GoodputPolicy:
         horizon: int = 64,
         lag_cap: int = 256,
         relax_half_life: int = 512,
+        ctx_bucket: int = 256,
         plain: str = PLAIN_WARM,
     ) -> None:
         if plain not in PLAIN_VARIANTS:
@@ -73,6 +81,8 @@ class GoodputPolicy:
             raise ValueError(f"GoodputPolicy: margin must be >= 0: {margin}")
         if debounce < 1 or min_dwell < 0 or horizon < 1:
             raise ValueError("GoodputPolicy: need debounce >= 1, min_dwell >= 0, horizon >= 1")
+        if ctx_bucket < 1:
+            raise ValueError(f"GoodputPolicy: ctx_bucket must be >= 1: {ctx_bucket}")
         if relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {relax_half_life}")
         self.cost = cost
@@ -85,6 +95,10 @@ class GoodputPolicy:
         self.horizon = horizon
         self.lag_cap = lag_cap
         self.relax_half_life = relax_half_life
+        self.ctx_bucket = ctx_bucket
+        #: the table measures several context lengths: price each iteration at its mean_ctx
+        self.ctx_aware = len(cost.contexts) > 1
+        self._at_ctx: dict[int, CostModel] = {}
         #: fraction of (prior - estimate) recovered per PLAIN iteration (0: never)
         self._relax = 1.0 - 0.5 ** (1.0 / relax_half_life) if relax_half_life else 0.0
         self.plain = plain
@@ -92,22 +106,38 @@ class GoodputPolicy:
         self._mode: Mode | None = None
         self._since = 0
         self._streak = 0
-        self._cache: dict[int, tuple[float, float]] = {}  # bs -> (off_ms, spec_ms)
+        self._cache: dict[tuple[int, int], tuple[float, float]] = {}  # (bs, ctx) -> (off, spec) ms
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
 
-    def _costs(self, bs: int) -> tuple[float, float]:
-        c = self._cache.get(bs)
+    def _model(self, ctx: int) -> CostModel:
+        """The cost model at context `ctx` (0: the configured one); buckets of `ctx_bucket`."""
+        if ctx <= 0 or not self.ctx_aware:
+            return self.cost
+        b = max(1, round(ctx / self.ctx_bucket)) * self.ctx_bucket
+        m = self._at_ctx.get(b)
+        if m is None:
+            m = self._at_ctx[b] = self.cost.at_ctx(b)
+        return m
+
+    def _costs(self, bs: int, ctx: int = 0) -> tuple[float, float]:
+        key = (bs, ctx // self.ctx_bucket if self.ctx_aware and ctx > 0 else -1)
+        c = self._cache.get(key)
         if c is None:
-            c = (self.cost.off_ms(bs, self.plain), self.cost.spec_ms(bs))
-            self._cache[bs] = c
+            m = self._model(ctx)
+            c = (m.off_ms(bs, self.plain), m.spec_ms(bs))
+            if len(self._cache) < 65536:
+                self._cache[key] = c
         return c
 
-    def predict(self, bs: int, accept_len: float | None = None) -> tuple[float, float]:
-        """(plain, spec) predicted output tokens/s at decode batch size bs."""
+    def predict(
+        self, bs: int, accept_len: float | None = None, ctx: int = 0
+    ) -> tuple[float, float]:
+        """(plain, spec) predicted output tokens/s at decode batch size bs and mean context ctx
+        (0: the configured context; only a table with several contexts uses it)."""
         if bs <= 0:
             return 0.0, 0.0
         acc = self.ema_accept_len if accept_len is None else accept_len
-        p_ms, s_ms = self._costs(bs)
+        p_ms, s_ms = self._costs(bs, ctx)
         return 1000.0 * bs / p_ms, 1000.0 * bs * acc / s_ms
 
     def decide(self, mode: Mode, obs: Observation) -> Event | None:
@@ -130,14 +160,15 @@ class GoodputPolicy:
         if bs <= 0:
             self._streak = 0
             return None
-        plain, spec = self.predict(bs)
+        ctx = obs.mean_ctx
+        plain, spec = self.predict(bs, None, ctx)
         if mode is Mode.PLAIN:
             past = spec > plain * (1.0 + self.margin)
             if past and self.plain != PLAIN_WARM:
-                p_ms, s_ms = self._costs(bs)
+                p_ms, s_ms = self._costs(bs, ctx)
                 lag = bs * min(self.lag_cap, max(1, obs.iteration - self._since))
                 saved = self.horizon * (p_ms - s_ms / self.ema_accept_len)
-                past = saved > self.cost.catchup_ms(bs, lag)
+                past = saved > self._model(ctx).catchup_ms(bs, lag)
         else:
             past = plain > spec * (1.0 + self.margin)
         self._streak = self._streak + 1 if past else 0
@@ -147,12 +178,12 @@ class GoodputPolicy:
         if mode is Mode.PLAIN:
             self.last_reason = (
                 f"goodput: spec {spec:.0f} > plain {plain:.0f} tok/s x (1+{self.margin}) at "
-                f"bs={bs}, accept_len={self.ema_accept_len:.2f}"
+                f"bs={bs}, ctx={ctx}, accept_len={self.ema_accept_len:.2f}"
             )
             return Event.LOAD_LOW
         self.last_reason = (
             f"goodput: plain {plain:.0f} > spec {spec:.0f} tok/s x (1+{self.margin}) at "
-            f"bs={bs}, accept_len={self.ema_accept_len:.2f}"
+            f"bs={bs}, ctx={ctx}, accept_len={self.ema_accept_len:.2f}"
         )
         return Event.LOAD_HIGH
 
@@ -167,6 +198,8 @@ class GoodputPolicy:
             "horizon": self.horizon,
             "lag_cap": self.lag_cap,
             "relax_half_life": self.relax_half_life,
+            "ctx_aware": self.ctx_aware,
+            "ctx_bucket": self.ctx_bucket,
             "plain": self.plain,
             "cost": self.cost.describe(),
         }
@@ -181,6 +214,7 @@ _KEYWORDS: dict[str, type] = {
     "horizon": int,
     "lag_cap": int,
     "relax_half_life": int,
+    "ctx_bucket": int,
     "plain": str,
 }
 
@@ -232,14 +266,17 @@ def _number(key: str, value: Any, kind: type) -> Any:
 def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
     """Build a GoodputPolicy from a JSON-style mapping (the SGLang adapter's "goodput" policy).
 
-    Keys: ``table`` (a packaged table name or a CSV path; default the shared H200 reference),
+    Keys: ``table`` (a packaged table name or a CSV path, or a list of them / "a+b" merged into
+    one table, e.g. the same engine at two context lengths; default the shared H200 reference),
     ``shape`` (required: "chain3", "tree", "topk,steps,tokens", [topk, steps, tokens] or an
     object; must be the shape the server runs), ``ctx`` (optional context length for the table
-    lookup), ``accept_len`` (required: mean tokens per verify incl. the bonus, >= 1), and
-    GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
-    ``horizon``, ``lag_cap``, ``relax_half_life``, ``plain`` ("warm", the default and what the
-    adapter ships, or "zero-tax"). Raises ValueError with the reason on anything missing,
-    unknown or invalid.
+    lookup; with a table of several contexts the policy prices each iteration at the batch's
+    mean KV length and uses ``ctx`` only when that is unknown), ``accept_len`` (required: mean
+    tokens per verify incl. the bonus, >= 1), and GoodputPolicy's keyword parameters
+    ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``, ``horizon``, ``lag_cap``,
+    ``relax_half_life``, ``ctx_bucket``, ``plain`` ("warm", the default and what the adapter
+    ships, or "zero-tax"). Raises ValueError with the reason on anything missing, unknown or
+    invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
@@ -258,6 +295,10 @@ def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
         if ctx <= 0:
             raise ValueError(f"goodput policy: ctx must be > 0, got {ctx}")
     table_name = args.get("table", SHARED_REF)
+    if isinstance(table_name, (list, tuple)) and table_name:
+        if not all(isinstance(t, str) and t for t in table_name):
+            raise ValueError(f"goodput policy: table list must hold names or paths: {table_name!r}")
+        table_name = "+".join(table_name)
     if not isinstance(table_name, str) or not table_name:
         raise ValueError(f"goodput policy: table must be a name or a path, got {table_name!r}")
     try:
@@ -265,7 +306,7 @@ def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
         cost = CostModel(table, shape, ctx=ctx)
         cost.spec_ms(1)
         cost.warm_ms(1)
-    except (OSError, KeyError) as exc:
+    except (OSError, KeyError, ValueError) as exc:
         raise ValueError(f"goodput policy: cannot use table {table_name!r}: {exc}") from exc
     kwargs = {k: _number(k, args[k], kind) for k, kind in _KEYWORDS.items() if k in args}
     return GoodputPolicy(cost, accept_len, **kwargs)

@@ -75,6 +75,7 @@ def obs_fields(obs: Observation) -> dict[str, object]:
         "running": obs.running,
         "queued": obs.queued,
         "accept_lens": list(obs.accept_lens),
+        "mean_ctx": obs.mean_ctx,
     }
 
 

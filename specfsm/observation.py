@@ -13,6 +13,8 @@ class Observation:
     most recent verify whose result was processed (one batch late under overlap scheduling).
     Under DP attention `decode_bs` is the *global* decode batch size (sum over DP ranks), so every
     rank decides alike; `rank` is informational and never an input to a decision.
+    `mean_ctx` is the mean KV length (tokens) of the decode requests, global like `decode_bs`;
+    0 when unknown.
     """
 
     iteration: int
@@ -21,6 +23,7 @@ class Observation:
     accept_lens: tuple[int, ...] = ()
     queued: int = 0
     rank: int = 0
+    mean_ctx: int = 0
 
     def mean_accept_len(self) -> float | None:
         """Mean accept length of the last verify, or None when there was none."""

@@ -175,3 +175,17 @@ def test_in_engine_ctx4096_crosses_over_earlier() -> None:
         x_short, x_long = short.crossover_bs(acc), long.crossover_bs(acc)
         assert x_short is not None and x_long is not None
         assert x_long < x_short
+
+
+def test_merged_tables_interpolate_over_ctx() -> None:
+    """"a+b" merges two tables (one engine at two contexts); a CostModel at a context between
+    them interpolates, and a point measured twice is refused."""
+    t = load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096")
+    assert t.contexts("llama8b") == [1024, 4096]
+    m = CostModel(t, DraftShape.chain(3))
+    assert m.contexts == [1024, 4096] and m.ctx == 1024
+    d1, d4 = m.plain_ms(64), m.at_ctx(4096).plain_ms(64)
+    assert d1 == pytest.approx(load_table("h200_sglang0517_llama8b").ms("llama8b", 64, 1))
+    assert m.at_ctx(2560).plain_ms(64) == pytest.approx((d1 + d4) / 2)
+    with pytest.raises(ValueError, match="both give"):
+        load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b")

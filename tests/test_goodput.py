@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from specfsm.acceptance import DraftShape, chain_accept_length
+from specfsm.acceptance import DraftShape, accept_length, chain_accept_length
 from specfsm.costs import SHARED_REF, CostModel, load_table
 from specfsm.goodput import GoodputPolicy, policy_from_config
 from specfsm.observation import Observation
@@ -200,3 +200,33 @@ def test_describe_and_validation(cost: CostModel) -> None:
         GoodputPolicy(cost, 0.5)
     with pytest.raises(ValueError):
         GoodputPolicy(cost, ACC, ema_alpha=0)
+
+
+def test_context_aware_with_a_multi_context_table() -> None:
+    """With the engine's ctx 1024 + 4096 table, bs 24 speculates at 1024 tokens of context and
+    stops at 4096; mean_ctx 0 (unknown) falls back to the configured context; a single-context
+    table ignores mean_ctx."""
+    shape = DraftShape.chain(3)
+    both = CostModel(load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"), shape)
+    acc = accept_length(0.6, shape)
+
+    def first_event(ctx: int, model: CostModel = both) -> Event | None:
+        p = GoodputPolicy(model, acc, min_dwell=0, debounce=2)
+        for i in range(50):
+            ev = p.decide(Mode.SPECULATING, Observation(iteration=i, decode_bs=24, mean_ctx=ctx))
+            if ev is not None:
+                return ev
+        return None
+
+    assert GoodputPolicy(both, acc).ctx_aware
+    assert first_event(1024) is None
+    assert first_event(4096) is Event.LOAD_HIGH
+    assert first_event(0) is None  # unknown: the configured ctx (1024)
+    single = CostModel(load_table("h200_sglang0517_llama8b"), shape)
+    assert not GoodputPolicy(single, acc).ctx_aware
+    assert first_event(4096, single) is None
+    cfg = {"table": ["h200_sglang0517_llama8b", "h200_sglang0517_llama8b_ctx4096"],
+           "shape": "chain3", "accept_len": acc}  # fmt: skip
+    assert policy_from_config(cfg).ctx_aware
+    with pytest.raises(ValueError, match="cannot use table"):
+        policy_from_config({**cfg, "table": ["h200_sglang0517_llama8b"] * 2})

@@ -131,6 +131,20 @@ def local_batch_size(batch: Any) -> int:
     return int(batch.seq_lens.shape[0]) if batch.seq_lens is not None else 0
 
 
+def context_tokens(batch: Any) -> int:
+    """Sum of the decode requests' KV lengths, from host-side data only (no device sync):
+    ``seq_lens_sum`` when SGLang has it (an int; it is None in decode, recomputed lazily), else
+    ``seq_lens_cpu`` (a CPU tensor on ``ScheduleBatch`` / ``ModelWorkerBatch``); 0 when neither
+    is there (the policy then prices at its configured context)."""
+    total = getattr(batch, "seq_lens_sum", None)
+    if total is not None:
+        return int(total)
+    cpu = getattr(batch, "seq_lens_cpu", None)
+    if cpu is not None and getattr(getattr(cpu, "device", None), "type", None) == "cpu":
+        return int(cpu.sum())
+    return 0
+
+
 def dp_attention(server_args: Any) -> bool:
     return bool(getattr(server_args, "enable_dp_attention", False))
 

@@ -271,7 +271,14 @@ class Controller:
         if self.control_file is not None and it % self.control_every == 0:
             self._poll_control()
         bs = compat.local_batch_size(batch)
-        if self.global_load is not None:
+        mean_ctx = 0
+        if getattr(self.fsm.policy, "ctx_aware", False):
+            # only a policy priced over several context lengths pays for this (a CPU sum)
+            ctx_tokens = compat.context_tokens(batch)
+            if self.global_load is not None:
+                bs, ctx_tokens = self.global_load.pair(bs, ctx_tokens)
+            mean_ctx = ctx_tokens // bs if bs > 0 else 0
+        elif self.global_load is not None:
             bs = self.global_load(bs)
         obs = Observation(
             iteration=it,
@@ -280,6 +287,7 @@ class Controller:
             accept_lens=self.accept_lens,
             queued=self.queued,
             rank=self.rank,
+            mean_ctx=mean_ctx,
         )
         fsm = self.fsm
         try:

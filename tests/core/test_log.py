@@ -28,7 +28,7 @@ def test_transition_line_fields() -> None:
         RecordingActions(),
         log=TransitionLog(json_logger(buf), rank=3),
     )
-    fsm.step(Observation(iteration=42, decode_bs=9, running=9, accept_lens=(2, 3)))
+    fsm.step(Observation(iteration=42, decode_bs=9, running=9, accept_lens=(2, 3), mean_ctx=700))
     lines = [json.loads(x) for x in buf.getvalue().splitlines()]
     assert len(lines) == 1
     line = lines[0]
@@ -40,7 +40,7 @@ def test_transition_line_fields() -> None:
         "DRAINING",
         "LOAD_HIGH",
     )
-    assert line["bs"] == 9 and line["accept_lens"] == [2, 3]
+    assert line["bs"] == 9 and line["accept_lens"] == [2, 3] and line["mean_ctx"] == 700
     assert "high=4" in line["reason"]
     assert line["exit_us"] >= 0 and line["enter_us"] >= 0
     assert isinstance(line["ts"], float)

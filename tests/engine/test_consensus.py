@@ -45,6 +45,25 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
             fsm.process_event(Event.RESYNCED, obs)
         decisions.append((it, ev.name if ev else None, fsm.mode.name))
         assert check_agreement(list(Mode).index(fsm.mode), group)
+    # a context-aware GoodputPolicy: batch size and KV lengths made global in one all-reduce
+    from specfsm.acceptance import DraftShape
+    from specfsm.costs import CostModel, load_table
+    from specfsm.goodput import GoodputPolicy
+
+    table = load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096")
+    fsm2 = SpecFSM(GoodputPolicy(CostModel(table, DraftShape.chain(3)), 2.2, min_dwell=3), log=log)
+    for it in range(300):
+        local = rng.randrange(0, 12)
+        local_ctx = sum(rng.randrange(256, 6000) for _ in range(local))
+        bs, ctx_tokens = load.pair(local, local_ctx)
+        obs = Observation(iteration=it, decode_bs=bs, mean_ctx=ctx_tokens // max(bs, 1))
+        ev = fsm2.step(obs)
+        if fsm2.mode is Mode.DRAINING:
+            fsm2.process_event(Event.DRAINED, obs)
+        elif fsm2.mode is Mode.RESYNCING:
+            fsm2.process_event(Event.RESYNCED, obs)
+        decisions.append((1000 + it, ev.name if ev else None, fsm2.mode.name))
+        assert check_agreement(list(Mode).index(fsm2.mode), group)
     # a disagreement is detected
     disagree = not check_agreement(rank, group)
     control = broadcast_object({"pin": "PLAIN"} if rank == 0 else None, group)
@@ -53,8 +72,9 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
 
 
 def test_dp_ranks_switch_on_the_same_iteration() -> None:
-    """Three gloo ranks with different local loads decide identically at every iteration,
-    a real disagreement is detected, and rank 0's control message reaches every rank."""
+    """Three gloo ranks with different local loads (and, for a context-aware GoodputPolicy,
+    different KV lengths) decide identically at every iteration, a real disagreement is
+    detected, and rank 0's control message reaches every rank."""
     pytest.importorskip("torch")
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -68,7 +88,8 @@ def test_dp_ranks_switch_on_the_same_iteration() -> None:
         assert p.exitcode == 0
     first = results[0][0]
     switches = [d for d in first if d[1] is not None]
-    assert switches, "the load trace should make the policy switch"
+    assert [d for d in switches if d[0] < 1000], "the load trace should make the policy switch"
+    assert [d for d in switches if d[0] >= 1000], "the context-aware policy should switch too"
     for r in range(WORLD):
         assert results[r][0] == first
         assert results[r][1] is True
