@@ -144,7 +144,9 @@ class Controller:
     #: PLAIN iterations prefill new requests through the target only (prompt joins the lag).
     lazy_draft_prefill = False
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         raise NotImplementedError
 
     def after(self, plan: Plan) -> None:
@@ -166,7 +168,9 @@ class FixedController(Controller):
         self.name = "always-spec" if speculate else "no-spec"
         self.has_draft = speculate
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         if self.speculate:
             return Plan(SPEC, "SPECULATING", self.shape)
         return Plan(PLAIN, "PLAIN")
@@ -239,9 +243,15 @@ class FSMController(Controller):
         self._plain_plan = Plan(WARM if warm else PLAIN, "PLAIN")
         self._resync_plan = Plan(WARM if warm else RESYNC, "RESYNCING")
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         obs = Observation(
-            iteration=it, decode_bs=bs, running=bs + n_prefill, accept_lens=accept_lens
+            iteration=it,
+            decode_bs=bs,
+            running=bs + n_prefill,
+            accept_lens=accept_lens,
+            mean_ctx=mean_ctx,
         )
         self.machine.step(obs)
         mode: Mode = self.machine.mode
@@ -412,7 +422,9 @@ class SGLangAdaptiveController(Controller):
         j = bisect.bisect_right(self._bs_list, padded) - 1
         return self._slots[self._bs_list[max(0, j)]]
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         if self.disabled_reason is not None:
             return Plan(SPEC, "SPECULATING", self.launch_shape)
         steps = self._route(max(1, bs)).current_steps
@@ -443,7 +455,9 @@ class BatchTableController(Controller):
         self.shape = shape
         self.name = name
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         if bs + n_prefill <= self.cutoff:
             return Plan(SPEC, "SPECULATING", self.shape)
         return Plan(WARM, "PLAIN")
@@ -464,7 +478,9 @@ class MaxConcurrencyController(Controller):
         self.name = name
         self._on = True
 
-    def plan(self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...]) -> Plan:
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
         want = bs + n_prefill <= self.max_concurrency
         if want and not self._on:
             self._on = True
@@ -606,6 +622,10 @@ def run(
     t_arrive = np.zeros(cap)
     lag = np.zeros(cap, dtype=np.int64)
     decoding = np.zeros(cap, dtype=bool)
+    ctx_len = np.zeros(cap, dtype=np.int64)  # KV length per request: prompt + committed tokens
+    # a table over several contexts prices each iteration at its batch's mean KV length
+    ctx_aware = len(cost.contexts) > 1
+    at_ctx: dict[int, CostModel] = {}
 
     # request stream: lengths drawn in arrival order (identical across controllers)
     def draw(n: int) -> tuple[Any, Any]:
@@ -683,12 +703,18 @@ def run(
             remaining[new_slots] = o - 1
             t_arrive[new_slots] = arrivals
             lag[new_slots] = 0
+            ctx_len[new_slots] = p
 
         # ---------------- controller
-        plan = controller.plan(it, bs, n_new, accept_lens if is_fsm else ())
+        mean_ctx = int(ctx_len[decoding].sum()) // bs if bs else 0
+        plan = controller.plan(it, bs, n_new, accept_lens if is_fsm else (), mean_ctx)
         kind = plan.kind
         with_draft = controller.has_draft and not (lazy and kind == PLAIN)
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
+        step_cost = cost
+        if ctx_aware and bs:
+            bucket = max(1, round(mean_ctx / 256)) * 256
+            step_cost = at_ctx.get(bucket) or at_ctx.setdefault(bucket, cost.at_ctx(bucket))
         if n_new and not with_draft and controller.has_draft:
             lag[new_slots] = p
         tokens: Any = 1
@@ -698,7 +724,7 @@ def run(
                 shape = plan.shape
                 assert shape is not None
                 a = alpha if accept_len_fn is None else accept_len_fn(t)
-                ms += cost.spec_ms(bs, shape)
+                ms += step_cost.spec_ms(bs, shape)
                 u = acc_rng.random(bs)
                 n_acc = (u[:, None] < cum_for(shape, a)[None, :]).sum(axis=1)
                 tokens_arr = n_acc + 1
@@ -710,17 +736,17 @@ def run(
                 tokens = tokens_arr
                 n_tok = int(tokens_arr.sum())
             elif kind == PLAIN:
-                ms += cost.plain_ms(bs)
+                ms += step_cost.plain_ms(bs)
                 lag[decoding] += 1
                 accept_lens = ()
             elif kind == WARM:
-                ms += cost.steps0_ms(bs)
+                ms += step_cost.steps0_ms(bs)
                 accept_lens = ()
                 if is_sgl:
                     controller.feed_steps0(bs)  # type: ignore[attr-defined]
             else:  # RESYNC
                 lag_total = int(lag[decoding].sum()) + bs
-                ms += cost.resync_ms(bs, lag_total)
+                ms += step_cost.resync_ms(bs, lag_total)
                 lag[decoding] = 0
                 accept_lens = ()
         controller.after(plan)
@@ -756,6 +782,7 @@ def run(
             committed = np.minimum(before, tokens)
             produced += int(committed.sum())
             remaining[decoding] = before - committed
+            ctx_len[decoding] += committed
             done = decoding & (remaining <= 0)
             if done.any():
                 idx = np.flatnonzero(done)

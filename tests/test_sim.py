@@ -247,3 +247,37 @@ def test_tune_main_prints(capsys: pytest.CaptureFixture[str]) -> None:
     assert "crossover bs (warm PLAIN): 140" in out and "candidate_steps" in out
     assert "crossover bs (zero-tax PLAIN): 121" in out
     assert math.isfinite(1.0)
+
+
+MERGED = "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"
+
+
+def test_multi_context_table_prices_each_step_at_its_mean_context() -> None:
+    """With a table over ctx 1024 and 4096 the simulator prices every decode step at the batch's
+    mean KV length: at 1024-token prompts it matches the ctx 1024 table, at 4096 it is slower
+    than that table says. The FSM's policy sees that mean in Observation.mean_ctx."""
+    both = CostModel(load_table(MERGED), CHAIN3)
+    # 512 new tokens: the measured window (iterations 100-400) is pure decode
+    short = Workload(prompt_len=(1024, 1024), output_len=(512, 512), max_running=64)
+    long = Workload(prompt_len=(4096, 4096), output_len=(512, 512), max_running=64)
+
+    def tok_s(cost: CostModel, wl: Workload) -> float:
+        r = run(FixedController(False, CHAIN3), fixed_concurrency(64), cost, 0.6, workload=wl,
+                iterations=400, warmup_iterations=100)  # fmt: skip
+        return r.tok_s
+
+    one = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)  # ctx 1024 only
+    assert tok_s(both, short) == pytest.approx(tok_s(one, short), rel=0.05)
+    assert tok_s(both, long) < 0.75 * tok_s(one, long)  # decode at bs 64: 14.3 vs 8.8 ms
+
+    seen: list[int] = []
+
+    class Recorder(FixedPolicy):
+        def decide(self, mode, obs):  # type: ignore[no-untyped-def]
+            if obs.decode_bs:
+                seen.append(obs.mean_ctx)
+            return super().decide(mode, obs)
+
+    ctl = FSMController("rec", Recorder(speculate=True), CHAIN3)
+    run(ctl, fixed_concurrency(4), both, 0.6, workload=long, iterations=100)
+    assert seen and min(seen) >= 4096 and max(seen) <= 4096 + 512
