@@ -239,6 +239,7 @@ class CostModel:
         d_bs = max(table.batch_sizes(extend))
         d_q = max(table.qs(extend, table.contexts(extend)[0]))
         self._memo: dict[tuple[str, float, float], float] = {}
+        self._near: dict[int, CostModel] = {}  # at_ctx_bucket's models, by bucketed ctx
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
 
@@ -257,6 +258,20 @@ class CostModel:
             draft=self.draft,
             extend=self.extend,
         )
+
+    @staticmethod
+    def ctx_bucket_of(ctx: float, bucket: int = 256) -> int:
+        """`ctx` rounded to a multiple of `bucket` (at least one bucket)."""
+        return max(1, round(ctx / bucket)) * bucket
+
+    def at_ctx_bucket(self, ctx: float, bucket: int = 256) -> CostModel:
+        """`at_ctx` at `ctx` rounded to a multiple of `bucket`, built once per bucket: what a
+        per-iteration caller (a context-aware policy, the simulator) uses."""
+        b = self.ctx_bucket_of(ctx, bucket)
+        m = self._near.get(b)
+        if m is None:
+            m = self._near[b] = self.at_ctx(b)
+        return m
 
     def with_shape(self, shape: DraftShape) -> CostModel:
         return CostModel(

@@ -98,7 +98,6 @@ class GoodputPolicy:
         self.ctx_bucket = ctx_bucket
         #: the table measures several context lengths: price each iteration at its mean_ctx
         self.ctx_aware = len(cost.contexts) > 1
-        self._at_ctx: dict[int, CostModel] = {}
         #: fraction of (prior - estimate) recovered per PLAIN iteration (0: never)
         self._relax = 1.0 - 0.5 ** (1.0 / relax_half_life) if relax_half_life else 0.0
         self.plain = plain
@@ -109,18 +108,20 @@ class GoodputPolicy:
         self._cache: dict[tuple[int, int], tuple[float, float]] = {}  # (bs, ctx) -> (off, spec) ms
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
 
-    def _model(self, ctx: int) -> CostModel:
-        """The cost model at context `ctx` (0: the configured one); buckets of `ctx_bucket`."""
+    def _bucket(self, ctx: int) -> int:
+        """The context the costs are priced at: 0 (the configured one) unless the table is
+        multi-context and `ctx` is known, else `ctx` rounded to a multiple of `ctx_bucket`."""
         if ctx <= 0 or not self.ctx_aware:
-            return self.cost
-        b = max(1, round(ctx / self.ctx_bucket)) * self.ctx_bucket
-        m = self._at_ctx.get(b)
-        if m is None:
-            m = self._at_ctx[b] = self.cost.at_ctx(b)
-        return m
+            return 0
+        return CostModel.ctx_bucket_of(ctx, self.ctx_bucket)
+
+    def _model(self, ctx: int) -> CostModel:
+        """The cost model at context `ctx` (0: the configured one)."""
+        b = self._bucket(ctx)
+        return self.cost.at_ctx_bucket(b, self.ctx_bucket) if b else self.cost
 
     def _costs(self, bs: int, ctx: int = 0) -> tuple[float, float]:
-        key = (bs, ctx // self.ctx_bucket if self.ctx_aware and ctx > 0 else -1)
+        key = (bs, self._bucket(ctx))  # the same bucket the model below is priced at
         c = self._cache.get(key)
         if c is None:
             m = self._model(ctx)

@@ -625,7 +625,6 @@ def run(
     ctx_len = np.zeros(cap, dtype=np.int64)  # KV length per request: prompt + committed tokens
     # a table over several contexts prices each iteration at its batch's mean KV length
     ctx_aware = len(cost.contexts) > 1
-    at_ctx: dict[int, CostModel] = {}
 
     # request stream: lengths drawn in arrival order (identical across controllers)
     def draw(n: int) -> tuple[Any, Any]:
@@ -711,10 +710,7 @@ def run(
         kind = plan.kind
         with_draft = controller.has_draft and not (lazy and kind == PLAIN)
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
-        step_cost = cost
-        if ctx_aware and bs:
-            bucket = max(1, round(mean_ctx / 256)) * 256
-            step_cost = at_ctx.get(bucket) or at_ctx.setdefault(bucket, cost.at_ctx(bucket))
+        step_cost = cost.at_ctx_bucket(mean_ctx) if ctx_aware and bs else cost
         if n_new and not with_draft and controller.has_draft:
             lag[new_slots] = p
         tokens: Any = 1
