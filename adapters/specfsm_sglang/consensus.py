@@ -26,20 +26,15 @@ class GlobalLoad:
         self._dist = torch.distributed
         self.group = group
         self.copies = max(1, copies_per_batch)
-        self._buf = torch.zeros(1, dtype=torch.int64)
-
-        self._buf2 = torch.zeros(2, dtype=torch.int64)
+        self._buf = torch.zeros(2, dtype=torch.int64)
 
     def __call__(self, local_bs: int) -> int:
-        buf = self._buf
-        buf[0] = local_bs
-        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
-        return int(buf[0]) // self.copies
+        return self.pair(local_bs, 0)[0]
 
     def pair(self, local_bs: int, local_ctx_tokens: int) -> tuple[int, int]:
         """Global (decode batch size, sum of KV lengths) in one all-reduce (a context-aware
         policy needs both; every rank runs the same policy, so every rank calls the same one)."""
-        buf = self._buf2
+        buf = self._buf
         buf[0] = local_bs
         buf[1] = local_ctx_tokens
         self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)

@@ -35,16 +35,20 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
     log, _ = capturing_log(rank)
     fsm = SpecFSM(ThresholdPolicy(high=40, low=20, debounce=2, min_dwell=3), log=log)
     decisions = []
+
+    def step(machine: SpecFSM, it: int, obs: Observation) -> None:
+        """One iteration as the engine plays it; record the decision; ranks must agree."""
+        ev = machine.step(obs)
+        if machine.mode is Mode.DRAINING:
+            machine.process_event(Event.DRAINED, obs)
+        elif machine.mode is Mode.RESYNCING:
+            machine.process_event(Event.RESYNCED, obs)
+        decisions.append((it, ev.name if ev else None, machine.mode.name))
+        assert check_agreement(list(Mode).index(machine.mode), group)
+
     for it in range(300):
         local = rng.randrange(0, 30)
-        obs = Observation(iteration=it, decode_bs=load(local), rank=rank)
-        ev = fsm.step(obs)
-        if fsm.mode is Mode.DRAINING:
-            fsm.process_event(Event.DRAINED, obs)
-        elif fsm.mode is Mode.RESYNCING:
-            fsm.process_event(Event.RESYNCED, obs)
-        decisions.append((it, ev.name if ev else None, fsm.mode.name))
-        assert check_agreement(list(Mode).index(fsm.mode), group)
+        step(fsm, it, Observation(iteration=it, decode_bs=load(local), rank=rank))
     # a context-aware GoodputPolicy: batch size and KV lengths made global in one all-reduce
     from specfsm.acceptance import DraftShape
     from specfsm.costs import CostModel, load_table
@@ -57,13 +61,7 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
         local_ctx = sum(rng.randrange(256, 6000) for _ in range(local))
         bs, ctx_tokens = load.pair(local, local_ctx)
         obs = Observation(iteration=it, decode_bs=bs, mean_ctx=ctx_tokens // max(bs, 1))
-        ev = fsm2.step(obs)
-        if fsm2.mode is Mode.DRAINING:
-            fsm2.process_event(Event.DRAINED, obs)
-        elif fsm2.mode is Mode.RESYNCING:
-            fsm2.process_event(Event.RESYNCED, obs)
-        decisions.append((1000 + it, ev.name if ev else None, fsm2.mode.name))
-        assert check_agreement(list(Mode).index(fsm2.mode), group)
+        step(fsm2, 1000 + it, obs)
     # a disagreement is detected
     disagree = not check_agreement(rank, group)
     control = broadcast_object({"pin": "PLAIN"} if rank == 0 else None, group)
