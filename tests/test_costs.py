@@ -178,8 +178,8 @@ def test_in_engine_ctx4096_crosses_over_earlier() -> None:
 
 
 def test_merged_tables_interpolate_over_ctx() -> None:
-    """Loading "a+b" merges two tables (one engine at two contexts); a CostModel at a context between
-    them interpolates, and a point measured twice is refused."""
+    """Loading "a+b" merges two tables (one engine at two contexts); a CostModel at a context
+    between them interpolates, and a point measured twice is refused."""
     t = load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096")
     assert t.contexts("llama8b") == [1024, 4096]
     m = CostModel(t, DraftShape.chain(3))
