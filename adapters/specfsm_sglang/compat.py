@@ -29,6 +29,16 @@ class Surface:
         return f"{self.worker}.forward_batch_generation"
 
     @property
+    def worker_trivial_verify(self) -> str:  # AFTER: int64 candidates for 1-wide verifies
+        # Same signature (self, batch) -> EagleVerifyInput in both versions (0.5.17:
+        # eagle_worker_v2.py:1200, 0.5.23: :1678). Its draft_token is the previous round's
+        # bonus_tokens, int32 after every verify in both (eagle_worker_common.py: 0.5.17 :614,
+        # 0.5.23 :756 and the fused-commit path kernels/ops/speculative/eagle.py:172), while
+        # verify_tree_greedy on CUDA takes int64 candidates only (sgl_kernel 0.4.5 AOT op;
+        # 0.5.23's JIT op, kernels/jit/csrc/speculative/tree.cuh).
+        return f"{self.worker}._build_trivial_verify_input"
+
+    @property
     def worker_verify_complete(self) -> str:  # AFTER: accept lengths (one batch late)
         return f"{self.worker}.on_verify_complete_cpu"
 
@@ -72,6 +82,12 @@ SURFACES: dict[str, Surface] = {
     "0.5.17": Surface(verified=False),
 }
 SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
+
+#: TEST ONLY, not a feature: "1" leaves the 1-wide verify input's int32 candidates as SGLang
+#: builds them (no `worker_trivial_verify` hook), so that a test can reproduce the H200 crash
+#: on the CPU test bed. Read by `hooks.register`, honoured only together with the test channel
+#: (SPECFSM_TEST_DIR); tests/engine/test_int64_candidates.py.
+TEST_KEEP_INT32_CANDIDATES_ENV = "SPECFSM_TEST_KEEP_INT32_CANDIDATES"
 
 
 def sglang_version() -> str:

@@ -7,6 +7,7 @@
 | EAGLEWorkerV2.init_cuda_graphs              | AFTER  | build the 1-wide state, the controller    |
 | EAGLEWorkerV2.forward_batch_generation      | AROUND | decide, transition, check contracts       |
 | EAGLEWorkerV2.on_verify_complete_cpu        | AFTER  | accept lengths of the processed verify    |
+| EAGLEWorkerV2._build_trivial_verify_input   | AFTER  | 1-wide verify: int64 candidates (kernel)  |
 | Scheduler.get_next_batch_to_run             | AFTER  | running / queued counts                   |
 | Scheduler.process_batch_result              | AFTER  | K-wide batch left flight; accept lengths  |
 | Scheduler.on_idle                           | AFTER  | count SGLang's own idle leak checks       |
@@ -53,6 +54,18 @@ def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i
         )
 
 
+def _after_trivial_verify(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    """The 1-wide verify input's ``draft_token`` (the candidates of ``verify_tree_greedy``) as
+    int64: SGLang passes the previous round's int32 ``bonus_tokens`` through, which the CUDA
+    kernel refuses ("Expected 'candidates' to be of type long (torch.int64)."; see
+    ``compat.Surface.worker_trivial_verify``). Idempotent; an async cast, no device sync."""
+    import torch
+
+    draft = getattr(result, "draft_token", None)
+    if draft is not None and draft.dtype != torch.int64:
+        result.draft_token = draft.to(torch.int64)
+
+
 def register_tokenizer_side() -> None:
     """The tokenizer-process hook (the engine's parent / the HTTP server's main process)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -75,6 +88,18 @@ def ensure_tokenizer_side() -> None:
         return
     register_tokenizer_side()
     HookRegistry.apply_hooks()
+
+
+def _keep_int32_candidates() -> bool:
+    """TEST ONLY (``compat.TEST_KEEP_INT32_CANDIDATES_ENV``, with the test channel on): skip
+    the int64 fix, to reproduce the bug it fixes."""
+    import os
+
+    from specfsm_sglang.controller import TEST_DIR_ENV
+
+    return bool(os.environ.get(TEST_DIR_ENV)) and (
+        os.environ.get(compat.TEST_KEEP_INT32_CANDIDATES_ENV) == "1"
+    )
 
 
 def register(cfg: dict[str, Any]) -> None:
@@ -163,6 +188,8 @@ def register(cfg: dict[str, Any]) -> None:
     HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)
     HookRegistry.register(s.worker_forward, around_forward, HookType.AROUND)
     HookRegistry.register(s.worker_verify_complete, after_verify_complete, HookType.AFTER)
+    if not _keep_int32_candidates():
+        HookRegistry.register(s.worker_trivial_verify, _after_trivial_verify, HookType.AFTER)
     HookRegistry.register(s.scheduler_next_batch, after_next_batch, HookType.AFTER)
     HookRegistry.register(s.scheduler_process_result, after_process_result, HookType.AFTER)
     HookRegistry.register(s.scheduler_idle, after_idle, HookType.AFTER)
