@@ -281,6 +281,7 @@ def _assert_equal(got: list[Any], want: list[Any]) -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_fill_bonus_tokens(seed: int, reference: dict[str, list[Any]]) -> None:
+    """fill_bonus_tokens_cpu equals the Triton ``fill_bonus_tokens`` (interpreter)."""
     a = _clone(bonus_inputs(seed))
     ops.fill_bonus_tokens_cpu(*a)
     _assert_equal([a[2]], reference[f"bonus-{seed}"])
@@ -288,6 +289,7 @@ def test_fill_bonus_tokens(seed: int, reference: dict[str, list[Any]]) -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_fill_accept_out_cache_loc(seed: int, reference: dict[str, list[Any]]) -> None:
+    """fill_accept_out_cache_loc_cpu equals the Triton ``fill_accept_out_cache_loc``."""
     a = _clone(accept_loc_inputs(seed))
     ops.fill_accept_out_cache_loc_cpu(*a)
     _assert_equal([a[2]], reference[f"accept-{seed}"])
@@ -297,6 +299,7 @@ def test_fill_accept_out_cache_loc(seed: int, reference: dict[str, list[Any]]) -
 def test_assign_draft_cache_locs_contiguous(
     params: tuple[int, int, int], reference: dict[str, list[Any]]
 ) -> None:
+    """assign_draft_cache_locs_contiguous_cpu equals its Triton kernel."""
     a = _clone(draft_loc_inputs(*params))
     ops.assign_draft_cache_locs_contiguous_cpu(*a)
     _assert_equal([a[3]], reference[f"draft-loc-{params}"])
@@ -304,6 +307,7 @@ def test_assign_draft_cache_locs_contiguous(
 
 @pytest.mark.parametrize("seed", range(4))
 def test_assign_extend_cache_locs(seed: int, reference: dict[str, list[Any]]) -> None:
+    """assign_extend_cache_locs_cpu equals the Triton ``assign_extend_cache_locs``."""
     a = _clone(ragged_inputs(seed, extend=True))
     ops.assign_extend_cache_locs_cpu(*a)
     _assert_equal([a[4]], reference[f"extend-{seed}"])
@@ -311,6 +315,7 @@ def test_assign_extend_cache_locs(seed: int, reference: dict[str, list[Any]]) ->
 
 @pytest.mark.parametrize("seed", range(4))
 def test_assign_req_to_token_pool(seed: int, reference: dict[str, list[Any]]) -> None:
+    """assign_req_to_token_pool_cpu equals the Triton ``assign_req_to_token_pool``."""
     a = _clone(ragged_inputs(seed, extend=False))
     ops.assign_req_to_token_pool_cpu(*a)
     _assert_equal([a[1]], reference[f"r2t-{seed}"])
@@ -321,6 +326,7 @@ def test_assign_req_to_token_pool(seed: int, reference: dict[str, list[Any]]) ->
 def test_build_tree_kernel_efficient(
     shape: tuple[int, int, int], mode: int, reference: dict[str, list[Any]]
 ) -> None:
+    """build_tree_kernel_efficient_cpu equals ``sgl_build_tree_kernel_triton``."""
     a = _clone(build_tree_inputs(*shape, mode))
     ops.build_tree_kernel_efficient_cpu(*a)
     _assert_equal([a[i] for i in (3, 4, 5, 6, 7)], reference[f"tree-{shape}-{mode}"])
@@ -331,6 +337,7 @@ def test_build_tree_kernel_efficient(
 def test_verify_tree_greedy(
     shape: tuple[int, int, int], seed: int, reference: dict[str, list[Any]]
 ) -> None:
+    """verify_tree_greedy_cpu equals ``verify_tree_greedy_triton``."""
     a = _clone(verify_inputs(*shape, seed))
     ops.verify_tree_greedy_cpu(*a)
     _assert_equal([a[0], a[1], a[2]], reference[f"verify-{shape}-{seed}"])
@@ -355,6 +362,7 @@ def test_build_tree_of_a_chain_is_causal() -> None:
 
 
 def test_copy_all_layer_kv_cache_against_a_naive_row_copy() -> None:
+    """copy_all_layer_kv_cache_cpu equals a naive row copy, overlapping rows included."""
     g = torch.Generator().manual_seed(0)
     buffers = [
         torch.randn(40, 2, 8, generator=g),

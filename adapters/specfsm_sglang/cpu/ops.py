@@ -9,6 +9,28 @@ exactly like the kernels (the ops return None).
 Unit tests: ``tests/cpu/test_ops.py`` compares every op with the SGLang Triton kernel run in
 Triton's CPU interpreter (``TRITON_INTERPRET=1``) or, where the interpreter cannot run it (raw
 pointers), with a naive reference written from the kernel's semantics.
+
+Input checks: a port is exactly as strict as the GPU kernel it stands for, so that the CPU test
+bed fails where the GPU fails (the H200 found a 1-wide verify passing int32 ``candidates`` that
+the old lenient port accepted). Each port runs the host-side checks of its GPU kernel(s) before
+touching data, through the helpers below (RuntimeError, the kernel's message text; metadata
+only: no device sync), in the kernel's order. The CUDA device checks become "same device".
+
+===================================  ==========================================================
+port                                 checks ported (``tests/cpu/test_kernel_checks.py``)
+===================================  ==========================================================
+verify_tree_greedy_cpu               sgl-kernel ``csrc/speculative/eagle_utils.cu``
+                                     ``verify_tree_greedy`` (the AOT op of 0.5.17 / sgl_kernel
+                                     0.4.5: CHECK_INPUT, CHECK_DIM, CHECK_EQ, dtype throws) +
+                                     the JIT op of 0.5.23 (``kernels/jit/csrc/speculative/
+                                     tree.cuh`` ``verify_tree_greedy``: TensorMatcher extras)
+build_tree_kernel_efficient_cpu      JIT ``tree.cuh`` ``build_tree_kernel_efficient``
+                                     (CHECK_HOST + TensorMatcher); the AOT op checks nothing
+                                     ("TODO (ying) check type")
+the six Triton-kernel ports          none: a Triton launch validates no dtype or shape (the
+(cache locs, bonus tokens, kv copy)  wrappers' only assert, ``cache_locs.py:98``, is CPU-side);
+and ``cpu/hooks.py:gather_rows``     the same for ``gather_spec_extras``' ``_gather_rows_kernel``
+===================================  ==========================================================
 """
 
 from __future__ import annotations
@@ -31,6 +53,84 @@ __all__ = [
 # TreeMaskMode values (kernels/ops/speculative/spec_tree.py:46-49).
 _FULL_MASK = 0
 _QLEN_ONLY = 1
+_QLEN_ONLY_BITPACKING = 2
+# The kernels' (and SGLang's keyword) spelling of the three tree-link tensors.
+_RETRIEVE_NAMES = ("retrive_index", "retrive_next_token", "retrive_next_sibling")
+
+
+# ------------------------------------------------ kernel input checks (one place) ----------
+
+
+def _check(ok: bool, msg: str) -> None:
+    """A kernel's host-side check (``TORCH_CHECK``, ``throw std::runtime_error``, tvm-ffi
+    ``RuntimeCheck`` / ``CHECK_HOST``): all surface in Python as RuntimeError."""
+    if not ok:
+        raise RuntimeError(msg)
+
+
+def _check_input(name: str, t: torch.Tensor, device: torch.device) -> None:
+    """``CHECK_INPUT(x)`` (``CHECK_CUDA`` + ``CHECK_CONTIGUOUS``, sgl-kernel
+    ``pytorch_extension_utils.h``) followed by ``CHECK_EQ(x.device(), device)``; on CPU the
+    CUDA check is the same-device check."""
+    _check(t.is_contiguous(), f"{name} must be contiguous")
+    _check(t.device == device, f"CHECK_EQ({name}.device(), device) failed. {t.device} vs {device}")
+
+
+def _check_dim(d: int, name: str, t: torch.Tensor) -> None:
+    """``CHECK_DIM(d, x)``."""
+    _check(t.dim() == d, f"{name} must be a {d}D tensor")
+
+
+def _check_eq(lhs: str, rhs: str, a: int, b: int) -> None:
+    """``CHECK_EQ(a, b)``."""
+    _check(a == b, f"CHECK_EQ({lhs}, {rhs}) failed. {a} vs {b}")
+
+
+def _check_scalar_type(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    """eagle_utils.cu's ``if (x.scalar_type() != at::kLong / at::kInt) throw ...``."""
+    c_name = {torch.int64: "long", torch.int32: "int"}[dtype]
+    _check(t.dtype == dtype, f"Expected '{name}' to be of type {c_name} ({dtype}).")
+
+
+def _match(
+    name: str,
+    t: torch.Tensor,
+    shape: tuple[int | None, ...],
+    dtype: torch.dtype | None,
+    device: torch.device,
+    strides: tuple[int | None, ...] | None = None,
+) -> None:
+    """``TensorMatcher(shape).with_strides(...).with_dtype<T>().with_device(d).verify(x)`` of the
+    JIT kernels (``kernels/jit/include/sgl_kernel/tensor.h``, ``m_verify_impl``): rank, sizes
+    (None: free), strides (None: free; a size-1 dimension's stride is not checked) or, without
+    ``strides``, contiguity; dtype; device. Message: the kernel's root cause, naming ``name``
+    (the kernel prints the tensor instead)."""
+    head = f"Tensor match failed for {name}: "
+    _check(
+        t.dim() == len(shape),
+        f"{head}Tensor dimension mismatch: expected {len(shape)} but got {t.dim()}",
+    )
+    for i, want in enumerate(shape):
+        got = int(t.shape[i])
+        _check(
+            want is None or got == want,
+            f"{head}Size mismatch for shape#{i}: expected {want} but got {got}",
+        )
+    if strides is None:
+        _check(t.is_contiguous(), f"{head}Tensor is not contiguous as expected")
+    else:
+        for i, want in enumerate(strides):
+            got = int(t.stride(i))
+            _check(
+                want is None or t.shape[i] == 1 or got == want,
+                f"{head}Size mismatch for stride#{i}: expected {want} but got {got}",
+            )
+    if dtype is not None:
+        _check(
+            t.dtype == dtype,
+            f"{head}Dtype value [{t.dtype}] not in the allowed options: [{dtype}]",
+        )
+    _check(t.device == device, f"{head}Device mismatch: expected {device} but got {t.device}")
 
 
 def _segments(start: torch.Tensor, end: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -189,6 +289,61 @@ def fill_accept_out_cache_loc_cpu(
     accept_out_cache_loc[dst[write]] = out_cache_loc[flat[write]].to(accept_out_cache_loc.dtype)
 
 
+def _check_build_tree(
+    parent_list: torch.Tensor,
+    selected_index: torch.Tensor,
+    verified_seq_len: torch.Tensor,
+    tree_mask: torch.Tensor,
+    positions: torch.Tensor,
+    retrieve: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    topk: int,
+    depth: int,
+    draft_token_num: int,
+    tree_mask_mode: int,
+) -> None:
+    """The host checks of the JIT ``build_tree_kernel_efficient``
+    (``kernels/jit/csrc/speculative/tree.cuh``, SGLang 0.5.23), in its order: CHECK_HOST on
+    topk / depth / draft_token_num / tree_mask_mode; TensorMatcher on parent_list [bs, W] int64
+    (rows packed), W == topk*(depth-1)+1 unless depth == 1; selected_index [bs, T-1] int64
+    (rows packed); verified_seq_len [bs], retrive_* [bs, T], positions [bs*T], all int64
+    contiguous; tree_mask 1-D contiguous, any 8-bit-multiple dtype, at least the bytes its mode
+    writes (QLEN_ONLY bs*T*T, QLEN_ONLY_BITPACKING bs*T*{1,2,4}, FULL_MASK unbounded)."""
+    T = draft_token_num
+    _check(topk > 0 and depth > 0, "CHECK_HOST(topk > 0 && depth > 0) failed")
+    _check(0 < T <= 1024, "CHECK_HOST(draft_token_num > 0 && draft_token_num <= 1024) failed")
+    _check(
+        0 <= tree_mask_mode <= 2,
+        "CHECK_HOST(tree_mask_mode >= 0 && tree_mask_mode <= 2) failed",
+    )
+    device = parent_list.device
+    width = int(parent_list.shape[1]) if parent_list.dim() == 2 else 0
+    _match("parent_list", parent_list, (None, None), torch.int64, device, (width or None, 1))
+    bs = int(parent_list.shape[0])
+    _check(
+        depth == 1 or width == topk * (depth - 1) + 1,
+        "CHECK_HOST(depth == 1 || parent_width.unwrap() == topk * (depth - 1) + 1) failed",
+    )
+    sel_stride = None if T == 1 else T - 1
+    _match("selected_index", selected_index, (bs, T - 1), torch.int64, device, (sel_stride, 1))
+    _match("verified_seq_len", verified_seq_len, (bs,), torch.int64, device)
+    for name, t in zip(_RETRIEVE_NAMES, retrieve, strict=True):
+        _match(name, t, (bs, T), torch.int64, device)
+    _match("positions", positions, (bs * T,), torch.int64, device)
+    min_mask_bytes = 0
+    if tree_mask_mode == _QLEN_ONLY_BITPACKING:
+        _check(T <= 32, "CHECK_HOST(draft_token_num <= 32) failed")
+        min_mask_bytes = bs * T * (4 if T > 16 else 2 if T > 8 else 1)
+    elif tree_mask_mode == _QLEN_ONLY:
+        min_mask_bytes = bs * T * T
+    _match("tree_mask", tree_mask, (None,), None, device)
+    bits = tree_mask.element_size() * 8
+    _check(bits % 8 == 0 and bits > 0, "CHECK_HOST(tree_mask.dtype().bits % 8 == 0) failed")
+    _check(
+        tree_mask.numel() * tree_mask.element_size() >= min_mask_bytes,
+        "CHECK_HOST(tree_mask.numel() * mask_elem_bytes >= min_mask_bytes) failed",
+    )
+
+
 def build_tree_kernel_efficient_cpu(
     parent_list: torch.Tensor,
     selected_index: torch.Tensor,
@@ -222,7 +377,22 @@ def build_tree_kernel_efficient_cpu(
 
     ``retrieve_*`` must arrive filled with -1 (``eagle_utils.py:201-204``), as for the kernel.
     Called through ``build_tree_kernel_efficient_func`` (``spec_tree.py:410-424``).
+
+    Checks: those of the JIT ``build_tree_kernel_efficient``
+    (``kernels/jit/csrc/speculative/tree.cuh``), see :func:`_check_build_tree`.
     """
+    _check_build_tree(
+        parent_list,
+        selected_index,
+        verified_seq_len,
+        tree_mask,
+        positions,
+        (retrieve_index, retrieve_next_token, retrieve_next_sibling),
+        topk,
+        depth,
+        draft_token_num,
+        tree_mask_mode,
+    )
     if tree_mask_mode not in (_FULL_MASK, _QLEN_ONLY):
         raise NotImplementedError(f"tree_mask_mode={tree_mask_mode} (only FULL_MASK/QLEN_ONLY)")
     T = draft_token_num
@@ -286,6 +456,65 @@ def build_tree_kernel_efficient_cpu(
         prefix_sum += seq_len
 
 
+def _check_verify_tree_greedy(
+    predicts: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_token_num: torch.Tensor,
+    candidates: torch.Tensor,
+    retrieve: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    target_predict: torch.Tensor,
+) -> None:
+    """The host checks of ``verify_tree_greedy``, the union of its two GPU ops:
+
+    * sgl-kernel's AOT op (``sgl-kernel/csrc/speculative/eagle_utils.cu``, ``verify_tree_greedy``;
+      what SGLang 0.5.17 calls on CUDA, sgl_kernel 0.4.5), in its order: CHECK_INPUT and
+      same-device on candidates, retrive_*, target_predict; CHECK_DIM (predicts 1, accept_index
+      2, accept_token_num 1, the five [bs, T] inputs 2); CHECK_EQ of bs and T across them; then
+      the dtype throws: predicts / accept_index / accept_token_num int32, candidates / retrive_* /
+      target_predict int64 ("Expected 'candidates' to be of type long (torch.int64)." is the
+      H200's crash of a 1-wide verify fed int32 bonus tokens);
+    * then what only the JIT op of 0.5.23 adds (``kernels/jit/csrc/speculative/tree.cuh``,
+      ``verify_tree_greedy``, TensorMatcher): predicts / accept_index / accept_token_num
+      contiguous on the same device, ``predicts.numel() == bs * T``, T > 0 and
+      ``accept_index.size(1) > 0``.
+    """
+    device = target_predict.device
+    int64_inputs = [
+        ("candidates", candidates),
+        *zip(_RETRIEVE_NAMES, retrieve, strict=True),
+        ("target_predict", target_predict),
+    ]
+    for name, t in int64_inputs:
+        _check_input(name, t, device)
+    _check_dim(1, "predicts", predicts)
+    _check_dim(2, "accept_index", accept_index)
+    _check_dim(1, "accept_token_num", accept_token_num)
+    for name, t in int64_inputs:
+        _check_dim(2, name, t)
+    batch_size = int(candidates.shape[0])
+    num_draft_tokens = int(candidates.shape[1])
+    _check_eq("batch_size", "accept_index.size(0)", batch_size, int(accept_index.shape[0]))
+    _check_eq("batch_size", "accept_token_num.size(0)", batch_size, int(accept_token_num.shape[0]))
+    for name, t in int64_inputs[1:]:
+        _check_eq("batch_size", f"{name}.size(0)", batch_size, int(t.shape[0]))
+    for name, t in int64_inputs[1:]:
+        _check_eq("num_draft_tokens", f"{name}.size(1)", num_draft_tokens, int(t.shape[1]))
+    _check_scalar_type("predicts", predicts, torch.int32)
+    _check_scalar_type("accept_index", accept_index, torch.int32)
+    _check_scalar_type("accept_token_num", accept_token_num, torch.int32)
+    for name, t in int64_inputs:
+        _check_scalar_type(name, t, torch.int64)
+    # JIT (tree.cuh) only:
+    spec_tokens = int(accept_index.shape[1])
+    _match("accept_index", accept_index, (batch_size, spec_tokens), torch.int32, device)
+    _match("accept_token_num", accept_token_num, (batch_size,), torch.int32, device)
+    _match("predicts", predicts, (batch_size * num_draft_tokens,), torch.int32, device)
+    _check(
+        num_draft_tokens > 0 and spec_tokens > 0,
+        "CHECK_HOST(draft_tokens.unwrap() > 0 && spec_tokens.unwrap() > 0) failed",
+    )
+
+
 def verify_tree_greedy_cpu(
     predicts: torch.Tensor,
     accept_index: torch.Tensor,
@@ -309,7 +538,17 @@ def verify_tree_greedy_cpu(
     (``speculative/eagle_utils.py``), as for the kernel. Called through
     ``verify_tree_greedy_func`` (``spec_tree.py:508-519``). Keyword names keep SGLang's
     ``retrive_*`` spelling (the call site passes them by keyword).
+
+    Checks: those of both GPU ops SGLang calls, see :func:`_check_verify_tree_greedy`.
     """
+    _check_verify_tree_greedy(
+        predicts,
+        accept_index,
+        accept_token_num,
+        candidates,
+        (retrive_index, retrive_next_token, retrive_next_sibling),
+        target_predict,
+    )
     bs = candidates.shape[0]
     steps = accept_index.shape[1]
     cand = candidates.tolist()
