@@ -98,6 +98,12 @@ SMALL = [
     "typing-inspection==0.4.5",
     "uvicorn==0.54.0",
     "wcwidth==0.9.4",
+    # specfsm's own dependencies (pure Python; attrs and prometheus_client are on the box). The
+    # specfsm code itself is not packed: run_on_device.sh's specfsm stage runs it from the
+    # carried working tree, so every call runs the code as it is now.
+    "six==1.17.0",
+    "structlog==26.1.0",
+    "transitions==0.9.3",
 ]
 PLATFORMS = [
     "manylinux_2_34_x86_64",  # sglang 0.5.17 itself is cp312-manylinux_2_34 (compiled modules)
