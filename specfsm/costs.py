@@ -21,8 +21,13 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
   + (steps - 1) draft steps(bs, topk) + draft-extend(bs, K). (The first draft step's logits
   come from the previous draft-extend; ``draft()`` runs ``num_steps - 1`` forwards.)
 * warm plain (SGLang steps=0, vLLM K=0, and specfsm's PLAIN as the SGLang adapter ships it:
-  the 1-wide steps=0 runtime state): a K=1 target verify (~ target(bs, 1)) + a K=1
-  draft-extend(bs, 1), 1 token. `warm_ms` (alias `steps0_ms`).
+  the 1-wide steps=0 runtime state): when the table holds the whole step measured in the engine
+  (model ``plain_warm_step``, q=1: a 1-token verify through the tree-verify path + a 1-token
+  draft-extend), that measurement; at a context the rows lack, the estimate below times the
+  measured/estimate ratio at the nearest measured context. Otherwise the estimate: a K=1
+  target verify (~ target(bs, 1)) + a K=1 draft-extend(bs, 1). 1 token. `warm_ms` (alias
+  `steps0_ms`). The estimate was 1.06-1.16x a decode step on the in-engine H200 table; the
+  measured step is 2.0-2.3x (benchmarks/gpu/results/2026-11-30_specfsm).
 * zero-tax plain (the design target of the follow-up issue): target(bs, 1) only; the tokens
   decoded meanwhile are the draft's lag.
 * DRAINING (`drain_ms`): one speculative iteration of the in-flight batch. The simulator
@@ -52,6 +57,8 @@ from specfsm.acceptance import DraftShape, accept_length
 TARGET_MODEL = "llama8b"
 DRAFT_MODEL = "eagle3_draft8b"
 EXTEND_MODEL = "eagle3_draft_extend8b"
+#: The whole warm PLAIN step measured inside the engine (q=1); see `CostModel.warm_ms`.
+PLAIN_WARM_MODEL = "plain_warm_step"
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
@@ -240,6 +247,7 @@ class CostModel:
         d_q = max(table.qs(extend, table.contexts(extend)[0]))
         self._memo: dict[tuple[str, float, float], float] = {}
         self._near: dict[int, CostModel] = {}  # at_ctx_bucket's models, by bucketed ctx
+        self.plain_warm_measured = PLAIN_WARM_MODEL in table.models
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
 
@@ -321,9 +329,27 @@ class CostModel:
             + self.extend_ms(bs, s.draft_tokens)
         )
 
-    def warm_ms(self, bs: float) -> float:
-        """Warm plain step: a K=1 verify plus the per-step K=1 draft-extend (SGLang steps=0)."""
+    def warm_estimate_ms(self, bs: float) -> float:
+        """Warm plain step estimated from its parts: K=1 verify ~ decode, + K=1 draft-extend."""
         return self.target_ms(bs, 1) + self.extend_ms(bs, 1)
+
+    def warm_ms(self, bs: float) -> float:
+        """Warm plain step (SGLang steps=0): the engine's measured whole step where the table has
+        it (``plain_warm_step``), else `warm_estimate_ms` (see the module docstring)."""
+        if not self.plain_warm_measured or bs <= 0:
+            return self.warm_estimate_ms(bs)
+        ctxs = self.table.contexts(PLAIN_WARM_MODEL)
+        if self.ctx in ctxs:
+            return self._lookup(PLAIN_WARM_MODEL, bs, 1)
+        key = ("warm-ratio", bs, 1.0)
+        ratio = self._memo.get(key)
+        if ratio is None:
+            near = _nearest(ctxs, self.ctx)
+            at_near = self.at_ctx(near)
+            ratio = self.table.ms(PLAIN_WARM_MODEL, bs, 1, near) / at_near.warm_estimate_ms(bs)
+            if len(self._memo) < 65536:
+                self._memo[key] = ratio
+        return self.warm_estimate_ms(bs) * ratio
 
     def steps0_ms(self, bs: float) -> float:
         """SGLang adaptive at steps=0 (= `warm_ms`)."""

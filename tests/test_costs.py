@@ -189,3 +189,26 @@ def test_merged_tables_interpolate_over_ctx() -> None:
     assert m.at_ctx(2560).plain_ms(64) == pytest.approx((d1 + d4) / 2)
     with pytest.raises(ValueError, match="both give"):
         load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b")
+
+
+def test_warm_plain_is_priced_from_the_engine_measured_step() -> None:
+    """The in-engine table's measured warm PLAIN step (plain_warm_step) prices warm_ms exactly;
+    a table without it falls back to the parts (verify ~ decode + 1-token draft-extend); at a
+    context without measured rows the measured/estimate ratio of the nearest context carries."""
+    from specfsm.costs import PLAIN_WARM_MODEL
+
+    table = load_table("h200_sglang0517_llama8b")
+    model = CostModel(table)
+    assert model.plain_warm_measured
+    for bs in (1, 16, 64, 256):
+        assert model.warm_ms(bs) == pytest.approx(table.ms(PLAIN_WARM_MODEL, bs, 1, 1024))
+        assert model.warm_ms(bs) > 1.5 * model.plain_ms(bs)  # the H200 says ~2x, not 1.1x
+        assert model.warm_ms(bs) != pytest.approx(model.warm_estimate_ms(bs))
+    ref = CostModel(load_table("h200_llama8b_shared_ref"))
+    assert not ref.plain_warm_measured
+    assert ref.warm_ms(64) == pytest.approx(ref.warm_estimate_ms(64))
+    both = CostModel(load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"))
+    long = both.at_ctx(4096)
+    ratio = table.ms(PLAIN_WARM_MODEL, 64, 1, 1024) / both.at_ctx(1024).warm_estimate_ms(64)
+    assert long.warm_ms(64) == pytest.approx(long.warm_estimate_ms(64) * ratio)
+    assert long.off_tps(64, "warm") == pytest.approx(64_000 / long.warm_ms(64))

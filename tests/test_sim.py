@@ -107,6 +107,20 @@ def test_fsm_warm_plain_pays_the_steps0_tax(cost: CostModel) -> None:
     assert r0.mode_time_s["DRAINING"] * 1000 == pytest.approx(cost.warm_ms(16))
 
 
+def test_warm_plain_on_the_engine_table_costs_the_measured_step() -> None:
+    """On the in-engine H200 table, a simulated warm PLAIN iteration costs the engine's measured
+    whole PLAIN step (plain_warm_step), about 2x a decode step, not the parts' estimate."""
+    engine = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3, plain="warm")
+    r = run(
+        ctl, fixed_concurrency(64), engine, 0.8, workload=wl, iterations=51, warmup_iterations=1
+    )
+    per_step = r.sim_time_s * 1000 / 50
+    assert per_step == pytest.approx(engine.table.ms("plain_warm_step", 64, 1, 1024))
+    assert per_step > 1.8 * engine.plain_ms(64)
+
+
 def test_fsm_zero_tax_plain_is_plain_decode(cost: CostModel) -> None:
     """Zero-tax PLAIN costs target(bs,1) only."""
     wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
