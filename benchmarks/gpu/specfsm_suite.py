@@ -227,6 +227,7 @@ class Suite:
         rng_state = self.rng.getstate()
         self.rng = random.Random(0)
         sets = {"small": (self.prompts(8, 48), 64), "bs64": (self.prompts(64, 32), 32)}
+        sets = {k: v for k, v in sets.items() if k in self.args.greedy_sets}
         self.rng.setstate(rng_state)
         schedules = SCHEDULES if self.fsm else [("reference", {})]
         out: dict[str, Any] = {}
@@ -341,6 +342,7 @@ def main() -> int:
     ap.add_argument("--bs", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     ap.add_argument("--graph-bs", type=_ints, default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     ap.add_argument("--ctx", type=_ints, default=[1024])
+    ap.add_argument("--greedy-sets", default="small,bs64", help="greedy prompt sets to run")
     ap.add_argument("--timing-len", type=int, default=40)
     ap.add_argument("--e2e-bs", type=_ints, default=[1, 16, 64, 256])
     ap.add_argument("--e2e-lens", type=_ints, default=[16, 144])
