@@ -1,0 +1,122 @@
+"""``specfsm demo``, GPU part: what switching buys on an H200, from measurements, not from this CPU.
+
+The CPU test bed proves correctness; it cannot show the GPU's speed shape (SGLang's CPU
+speculation path is host-bound: the demo measures and says so). This part prints what was
+measured inside SGLang 0.5.17 on one H200 (``specfsm/data/measured/h200_agree_sweep.csv``,
+copied from ``benchmarks/gpu/results/2026-11-30_specfsm``): decode tokens/s at fixed concurrency
+without speculation, always speculating, and in PLAIN as shipped (SGLang's steps=0 state), for
+a draft that agrees with the target on every token and one that agrees on ~0.66 of them; and
+what a PLAIN that costs one decode step would give (the better of the two static choices at each
+level: an upper bound for the zero-tax PLAIN, which is not built yet). Optionally a PNG.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from typing import TextIO
+
+DATA = ("data", "measured", "h200_agree_sweep.csv")
+
+
+@dataclass(frozen=True)
+class Level:
+    agreement: str
+    c: int
+    accept_length: float
+    nospec: float
+    always_spec: float
+    warm_plain: float
+
+    @property
+    def best_static(self) -> float:
+        return max(self.nospec, self.always_spec)
+
+
+def load_levels() -> list[Level]:
+    """The measured H200 sweep shipped with the package."""
+    path = resources.files("specfsm").joinpath(*DATA)
+    text = path.read_text()
+    body = io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
+    return [
+        Level(
+            r["agreement"],
+            int(r["c"]),
+            float(r["accept_length"]),
+            float(r["nospec_tok_s"]),
+            float(r["always_spec_tok_s"]),
+            float(r["warm_plain_tok_s"]),
+        )
+        for r in csv.DictReader(body)
+    ]
+
+
+def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
+    """The terminal table: measured tokens/s per level and what each choice is worth."""
+    out.write(
+        "\nWhat switching buys on a GPU: measured on one NVIDIA H200 inside SGLang 0.5.17\n"
+        "(Llama-3.1-8B shape, bf16, CUDA graphs, 1024-token prompts; decode tokens/s of c\n"
+        "requests decoding together; EAGLE chain of 3 whose weights agree with the target by\n"
+        "construction). Not measured on this machine. 'plain' is specfsm's PLAIN as shipped\n"
+        "(SGLang's steps=0 state: a 1-token verify + a 1-token draft-extend per step);\n"
+        "'zero-tax bound' is the better static choice per level, what a PLAIN costing one\n"
+        "decode step would reach.\n\n"
+    )
+    out.write(
+        f"{'draft':<6} {'c':>4} {'accept':>6} {'no spec':>8} {'always':>8} {'plain':>8} "
+        f"{'winner':>7} {'warm/no-spec':>12} {'zero-tax bound':>14}\n"
+    )
+    for lv in levels:
+        winner = "spec" if lv.always_spec >= lv.nospec else "no-spec"
+        out.write(
+            f"{lv.agreement:<6} {lv.c:>4} {lv.accept_length:>6.2f} {lv.nospec:>8.0f} "
+            f"{lv.always_spec:>8.0f} {lv.warm_plain:>8.0f} {winner:>7} "
+            f"{lv.warm_plain / lv.nospec:>12.2f} {lv.best_static:>14.0f}\n"
+        )
+    mid = [lv for lv in levels if lv.agreement == "mid"]
+    cross = next((lv.c for lv in mid if lv.nospec > lv.always_spec), None)
+    out.write(
+        "\nReading it: with every draft token accepted, speculating wins at every level; at 0.66\n"
+        f"per-token agreement it stops paying from c {cross} on. PLAIN as shipped runs at about\n"
+        "half the speed of no speculation, so today switching to it never pays and the tuned\n"
+        "policy stays in SPECULATING (`specfsm tune`: 'speculation always wins'). The switch pays\n"
+        "once PLAIN costs a decode step: then each level gets the 'zero-tax bound'.\n"
+    )
+    out.flush()
+
+
+def plot(levels: list[Level], path: str, out: TextIO = sys.stdout) -> bool:
+    """tokens/s vs concurrency per choice, one panel per draft agreement; False without
+    matplotlib (one line says which extra to install)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        out.write('plot skipped: matplotlib is missing (pip install "specfsm[sim]")\n')
+        return False
+    kinds = sorted({lv.agreement for lv in levels})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        lv = [x for x in levels if x.agreement == kind]
+        cs = [x.c for x in lv]
+        ax.plot(cs, [x.nospec for x in lv], "o-", label="no speculation")
+        ax.plot(cs, [x.always_spec for x in lv], "s-", label="always speculate")
+        ax.plot(cs, [x.warm_plain for x in lv], "v--", label="PLAIN as shipped (warm)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        acc = sum(x.accept_length for x in lv) / len(lv)
+        ax.set_title(f"draft agreement {kind} (accept length {acc:.2f})")
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("decode tokens/s (H200, measured)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    out.write(f"plot: {path}\n")
+    return True
