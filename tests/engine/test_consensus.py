@@ -55,7 +55,9 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
     from specfsm.goodput import GoodputPolicy
 
     table = load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096")
-    fsm2 = SpecFSM(GoodputPolicy(CostModel(table, DraftShape.chain(3)), 2.2, min_dwell=3), log=log)
+    # zero-tax PLAIN: against the measured warm PLAIN (2x a decode step) it would never switch
+    model = CostModel(table, DraftShape.chain(3))
+    fsm2 = SpecFSM(GoodputPolicy(model, 2.2, min_dwell=3, plain="zero-tax"), log=log)
     for it in range(300):
         local = rng.randrange(0, 12)
         local_ctx = sum(rng.randrange(256, 6000) for _ in range(local))
