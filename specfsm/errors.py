@@ -51,3 +51,18 @@ class SpecStateError(SpecFSMError):
         super().__init__(
             f"spec state violates mode {mode.name}: {field}: expected {expected}, got {actual}"
         )
+
+
+class PolicyError(SpecFSMError):
+    """A policy raised or returned something other than None or a legal load event.
+
+    The machine does not raise it from `step`: it faults to PLAIN and keeps it in
+    `SpecFSM.last_policy_error` (the engine keeps serving).
+    """
+
+    def __init__(self, policy: str, iteration: int, mode: Mode, detail: str) -> None:
+        self.policy = policy
+        self.iteration = iteration
+        self.mode = mode
+        self.detail = detail
+        super().__init__(f"policy {policy} at iteration {iteration} in {mode.name}: {detail}")

@@ -7,6 +7,9 @@ Event names (fixed; tools and offline replay key on them):
                          action durations in microseconds
   specfsm.observation    sampled policy inputs and the mode (every N iterations / T seconds)
   specfsm.action_failed  a mode action raised: which, where, the exception
+  specfsm.policy_failed  a policy raised or returned a wrong value: policy, iteration, error,
+                         its fault count and the limit (the FAULT transition follows)
+  specfsm.policy_replaced the faulting policy was replaced by the fixed PLAIN policy (once)
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ CONFIG = "specfsm.config"
 TRANSITION = "specfsm.transition"
 OBSERVATION = "specfsm.observation"
 ACTION_FAILED = "specfsm.action_failed"
+POLICY_FAILED = "specfsm.policy_failed"
+POLICY_REPLACED = "specfsm.policy_replaced"
 
 
 def _serializer() -> Any:
@@ -133,4 +138,47 @@ class TransitionLog:
             trigger=event.name,
             error=f"{type(exc).__name__}: {exc}",
             exc_info=exc,
+        )
+
+    def policy_failed(
+        self,
+        *,
+        iteration: int,
+        policy: str,
+        mode: Mode,
+        error: str,
+        faults: int,
+        limit: int,
+        exc: BaseException | None = None,
+    ) -> None:
+        """One line per policy fault; `at` is where an exception was raised (file:line)."""
+        at = None
+        tb = exc.__traceback__ if exc is not None else None
+        if tb is not None:
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            code = tb.tb_frame.f_code
+            at = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        self._log.error(
+            POLICY_FAILED,
+            rank=self.rank,
+            iteration=iteration,
+            policy=policy,
+            mode=mode.name,
+            error=error,
+            at=at,
+            faults=faults,
+            limit=limit,
+        )
+
+    def policy_replaced(
+        self, *, iteration: int, old: str, new: Mapping[str, object], faults: int
+    ) -> None:
+        self._log.error(
+            POLICY_REPLACED,
+            rank=self.rank,
+            iteration=iteration,
+            old=old,
+            new=dict(new),
+            faults=faults,
         )

@@ -11,6 +11,15 @@ When an action raises, the `on_exception` handler logs `specfsm.action_failed` a
 entry action must be total; `process_event` then raises `ModeActionError` chained to the cause.
 If the fault path itself fails, the machine marks itself failed (`failed` is True): every later
 call raises `MachineFailed`, and the engine must stop rather than serve in an unknown mode.
+
+Policy faults never stop the engine: a policy whose `decide` raises, returns something that is
+neither None nor an Event, returns a completion event, or returns a load event the table does
+not accept in the current mode is *faulted*: one `specfsm.policy_failed` line (policy, iteration,
+error), `policy_faults` counted, FAULT to the safe mode PLAIN, and `step` returns Event.FAULT
+(the reason, a `PolicyError`, is in `last_policy_error`). After `max_policy_faults` faults of the
+same policy it is replaced by `FixedPolicy(False)` (stay PLAIN), logged once as
+`specfsm.policy_replaced`; assigning `fsm.policy` installs a policy and resets its fault count.
+The wrapper is a try/except and two identity checks: no cost while the policy behaves.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import attrs
 from transitions import Machine
 
 from specfsm.actions import ModeActions, NoopActions, TransitionInfo, action_name, bind_actions
-from specfsm.errors import InvalidTransition, MachineFailed, ModeActionError, SpecFSMError
+from specfsm.errors import InvalidTransition, MachineFailed, ModeActionError, PolicyError
 from specfsm.log import TransitionLog
 from specfsm.observation import Observation
 from specfsm.policies import FixedPolicy, Policy
@@ -33,6 +42,12 @@ from specfsm.table import INITIAL_MODE, LOAD_EVENTS, SAFE_MODE, TRANSITIONS, Eve
 # `transitions` logs 12 lines per transition, 4 of them at INFO; SGLang runs the root logger at
 # INFO, which would cost ~40 us and flood the console per switch.
 logging.getLogger("transitions").setLevel(logging.WARNING)
+
+_LOAD_HIGH = Event.LOAD_HIGH  # module-level aliases: identity checks on the per-iteration path
+_LOAD_LOW = Event.LOAD_LOW
+
+#: Faults of one policy after which it is replaced by FixedPolicy(False) (stay PLAIN).
+DEFAULT_MAX_POLICY_FAULTS = 3
 
 
 @attrs.frozen(slots=True)
@@ -95,10 +110,20 @@ class SpecFSM:
         log: TransitionLog | None = None,
         observe_every: int = 0,
         observe_seconds: float = 0.0,
+        max_policy_faults: int = DEFAULT_MAX_POLICY_FAULTS,
     ) -> None:
         if observe_every < 0 or observe_seconds < 0:
             raise ValueError("observe_every and observe_seconds must be >= 0 (0 = off)")
-        self.policy: Policy = policy if policy is not None else FixedPolicy(True)
+        if isinstance(max_policy_faults, bool) or not isinstance(max_policy_faults, int):
+            raise TypeError(f"max_policy_faults must be an int, got {max_policy_faults!r}")
+        if max_policy_faults < 1:
+            raise ValueError(f"max_policy_faults must be >= 1, got {max_policy_faults}")
+        self._policy: Policy = policy if policy is not None else FixedPolicy(True)
+        self.max_policy_faults = max_policy_faults
+        #: Policy faults over the machine's life (metrics); `_strikes`: of the current policy.
+        self.policy_faults = 0
+        self._strikes = 0
+        self.last_policy_error: PolicyError | None = None
         self._actions = bind_actions(actions if actions is not None else NoopActions())
         self.log = log if log is not None else TransitionLog()
         self._observe_every = observe_every
@@ -135,29 +160,92 @@ class SpecFSM:
         return mode
 
     @property
+    def policy(self) -> Policy:
+        """The policy asked once per iteration. Assigning one resets its fault count."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self._policy = policy
+        self._strikes = 0
+
+    @property
     def failed(self) -> bool:
         """True once the fault path itself failed: the engine must stop."""
         return self._failed is not None
 
     # ------------------------------------------------------------------ hot path
     def step(self, obs: Observation) -> Event | None:
-        """Once per scheduler iteration: ask the policy; transition only if it says so."""
+        """Once per scheduler iteration: ask the policy; transition only if it says so.
+
+        Returns the event applied, None (the common case), or Event.FAULT when the policy
+        faulted (raised or returned a wrong value; the machine is then in PLAIN).
+        """
         if self._failed is not None:
             self._raise_failed()
         self.iteration = obs.iteration
         mode = self._model.mode
-        event = self.policy.decide(mode, obs)
+        try:
+            event = self._policy.decide(mode, obs)
+        except Exception as exc:
+            return self._policy_fault(obs, mode, exc, None)
         if self._observing:
             self._maybe_observe(obs, mode)
         if event is None:
             return None
-        if event not in LOAD_EVENTS:
-            raise SpecFSMError(
-                f"policy {type(self.policy).__name__} emitted {event.name}; policies emit only "
-                "load events (LOAD_HIGH, LOAD_LOW), completion events come from the engine"
-            )
-        self.process_event(event, obs, self.policy.last_reason)
+        if event is not _LOAD_HIGH and event is not _LOAD_LOW:
+            return self._policy_fault(obs, mode, None, event)
+        if event not in TRANSITIONS[mode]:
+            return self._policy_fault(obs, mode, None, event)
+        self.process_event(event, obs, getattr(self._policy, "last_reason", ""))
         return event
+
+    def _policy_fault(
+        self, obs: Observation, mode: Mode, exc: Exception | None, value: object
+    ) -> Event:
+        """The policy raised (`exc`) or returned `value`: log, count, FAULT to PLAIN."""
+        policy = self._policy
+        name = policy_name(policy)
+        if exc is not None:
+            detail = f"raised {type(exc).__name__}: {exc}"
+        elif isinstance(value, Event):
+            if value in LOAD_EVENTS:
+                detail = f"emitted {value.name}, which the table does not accept in {mode.name}"
+            else:
+                detail = (
+                    f"emitted {value.name}; policies emit only load events (LOAD_HIGH, "
+                    "LOAD_LOW), completion events come from the engine"
+                )
+        else:
+            detail = f"returned {type(value).__name__} {value!r:.80}, not an Event or None"
+        err = PolicyError(name, obs.iteration, mode, detail)
+        if exc is not None:
+            err.__cause__ = exc
+        self.last_policy_error = err
+        self.policy_faults += 1
+        self._strikes += 1
+        self.log.policy_failed(
+            iteration=obs.iteration,
+            policy=name,
+            mode=mode,
+            error=detail,
+            faults=self._strikes,
+            limit=self.max_policy_faults,
+            exc=exc,
+        )
+        replace = self._strikes >= self.max_policy_faults
+        reason = f"policy {name} failed: {detail}"
+        if replace:
+            self._policy = FixedPolicy(False)
+            self._strikes = 0
+            self.log.policy_replaced(
+                iteration=obs.iteration,
+                old=name,
+                new=self._policy.describe(),
+                faults=self.max_policy_faults,
+            )
+        self.process_event(Event.FAULT, obs, reason)
+        return Event.FAULT
 
     def _maybe_observe(self, obs: Observation, mode: Mode) -> None:
         """The sampled specfsm.observation line (every N iterations and/or T seconds)."""
@@ -308,7 +396,20 @@ class SpecFSM:
         """The resolved configuration, for the `specfsm.config` log line."""
         return {
             "mode": self.mode.name,
-            "policy": self.policy.describe(),
+            "policy": self._policy.describe(),
+            "max_policy_faults": self.max_policy_faults,
             "observe_every": self._observe_every,
             "observe_seconds": self._observe_seconds,
         }
+
+
+def policy_name(policy: object) -> str:
+    """A policy's name for log lines: describe()["policy"] when that works, else its class."""
+    try:
+        desc = policy.describe()  # type: ignore[attr-defined]
+        name = desc.get("policy") if isinstance(desc, dict) else None
+        if isinstance(name, str) and name:
+            return name
+    except Exception:
+        pass
+    return type(policy).__name__

@@ -138,8 +138,8 @@ def test_step_calls_transitions_only_when_due(monkeypatch: pytest.MonkeyPatch) -
     assert calls == [Event.LOAD_HIGH] and fsm.mode is Mode.DRAINING
 
 
-def test_policy_emitting_completion_event_is_rejected() -> None:
-    """A policy may not emit DRAINED/RESYNCED; the machine says so and does not move."""
+def test_policy_emitting_completion_event_is_a_policy_fault() -> None:
+    """A policy may not emit DRAINED/RESYNCED: the machine faults it to PLAIN and says why."""
 
     class Bad:
         last_reason = "bad"
@@ -152,9 +152,10 @@ def test_policy_emitting_completion_event_is_rejected() -> None:
 
     fsm = machine_in(Mode.RESYNCING)
     fsm.policy = Bad()
-    with pytest.raises(SpecFSMError, match="completion events come from the engine"):
-        fsm.step(Observation(iteration=0, decode_bs=1))
-    assert fsm.mode is Mode.RESYNCING
+    assert fsm.step(Observation(iteration=0, decode_bs=1)) is Event.FAULT
+    assert fsm.mode is Mode.PLAIN
+    assert isinstance(fsm.last_policy_error, SpecFSMError)
+    assert "completion events come from the engine" in str(fsm.last_policy_error)
 
 
 def test_listeners_get_records() -> None:
