@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import bisect
 import csv
-import io
+import math
 import os
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -158,19 +158,66 @@ def _nearest(xs: Sequence[int], x: float) -> int:
     return min(xs, key=lambda v: abs(v - x))
 
 
+COLUMNS = ("model", "bs", "q", "ctx", "ms_per_step")
+
+
 def parse_table(text: str, source: str = "") -> CostTable:
-    """Parse CSV text (``#`` comment lines skipped) into a CostTable."""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    reader = csv.DictReader(io.StringIO("\n".join(lines)))
-    need = {"model", "bs", "q", "ctx", "ms_per_step"}
-    if reader.fieldnames is None or not need <= set(reader.fieldnames):
-        raise ValueError(
-            f"cost table {source!r}: need columns {sorted(need)}, got {reader.fieldnames}"
-        )
-    rows = [
-        (r["model"].strip(), int(r["bs"]), int(r["q"]), int(r["ctx"]), float(r["ms_per_step"]))
-        for r in reader
+    """Parse CSV text (``#`` comment lines skipped) into a CostTable.
+
+    Every row is checked: five fields or more (extra columns are ignored), integer bs, q and
+    ctx >= 1, a finite ms_per_step > 0, and no (model, bs, q, ctx) given twice. A refused row
+    raises ValueError naming the source and its line number (1-based, comments counted)."""
+    where = source or "<text>"
+    numbered = [
+        (n, ln)
+        for n, ln in enumerate(text.splitlines(), 1)
+        if ln.strip() and not ln.lstrip().startswith("#")
     ]
+    if not numbered:
+        raise ValueError(f"cost table {where}: empty (need a header {','.join(COLUMNS)} and rows)")
+    header_no, header_line = numbered[0]
+    header = [h.strip() for h in next(csv.reader([header_line]))]
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise ValueError(
+            f"cost table {where} line {header_no}: the header must name the columns "
+            f"{','.join(COLUMNS)}; it lacks {','.join(missing)}"
+        )
+    col = {c: header.index(c) for c in COLUMNS}
+    need = max(col.values()) + 1
+    rows: list[tuple[str, int, int, int, float]] = []
+    seen: dict[tuple[str, int, int, int], int] = {}
+    for n, line in numbered[1:]:
+        fields = next(csv.reader([line]))
+        at = f"cost table {where} line {n}"
+        if len(fields) < need:
+            raise ValueError(f"{at}: {len(fields)} fields, need {need} ({','.join(header)})")
+        cell = {c: fields[i].strip() for c, i in col.items()}
+        ints: list[int] = []
+        for c in ("bs", "q", "ctx"):
+            try:
+                v = int(cell[c])
+            except ValueError:
+                v = 0
+            if v < 1:
+                raise ValueError(f"{at}: {c} must be an integer >= 1, got {cell[c]!r}")
+            ints.append(v)
+        try:
+            ms = float(cell["ms_per_step"])
+        except ValueError:
+            ms = math.nan
+        if not (math.isfinite(ms) and ms > 0):
+            raise ValueError(
+                f"{at}: ms_per_step must be a number of milliseconds > 0, "
+                f"got {cell['ms_per_step']!r}"
+            )
+        if not cell["model"]:
+            raise ValueError(f"{at}: empty model name")
+        key = (cell["model"], ints[0], ints[1], ints[2])
+        if key in seen:
+            raise ValueError(f"{at}: (model, bs, q, ctx) {key} already given on line {seen[key]}")
+        seen[key] = n
+        rows.append((*key, ms))
     return CostTable(rows, source)
 
 
@@ -219,6 +266,27 @@ def load_table(name_or_path: str) -> CostTable:
     return parse_table(res.read_text(encoding="utf-8"), name)
 
 
+def check_models(
+    table: CostTable, target: str = TARGET_MODEL, draft: str = DRAFT_MODEL, extend: str = ""
+) -> None:
+    """ValueError naming the table and listing the rows a CostModel needs, when any is absent."""
+    need = {
+        target: "the target (q=1 decode, q=K verify)",
+        draft: "the draft (q=topk draft steps"
+        + (")" if extend and extend != draft else ", q=K draft-extends)"),
+    }
+    if extend and extend != draft:
+        need[extend] = "the draft-extend (q=K)"
+    missing = [m for m in need if m not in table.models]
+    if missing:
+        rows = "; ".join(f"{m}: {what}" for m, what in need.items())
+        raise ValueError(
+            f"cost table {table.source or '<text>'} has no rows for model {', '.join(missing)}; "
+            f"needs rows (model,bs,q,ctx,ms_per_step) for {rows}; "
+            f"it has {', '.join(table.models)}"
+        )
+
+
 class CostModel:
     """Per-iteration costs (ms) and throughputs (tokens/s) from one table, one ctx, one shape."""
 
@@ -238,6 +306,7 @@ class CostModel:
         self.draft = draft
         if extend is None:
             extend = EXTEND_MODEL if EXTEND_MODEL in table.models else draft
+        check_models(table, target, draft, extend)
         self.extend = extend
         self.ctx = ctx if ctx is not None else table.contexts(target)[0]
         self._extend_min_q = min(table.qs(extend, table.contexts(extend)[0]))

@@ -15,9 +15,15 @@ FORMATS = ("mermaid", "dot")
 
 
 def render(fmt: str = "mermaid") -> str:
-    """The diagram source in `fmt` ("mermaid" needs nothing; "dot" needs `graphviz`)."""
+    """The diagram source in `fmt` ("mermaid" needs nothing; "dot" needs the `graphviz`
+    Python package: without it `specfsm.cli.MissingExtra`, never transitions' silent fallback
+    to Mermaid)."""
     if fmt not in FORMATS:
         raise ValueError(f"diagram format must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "dot":
+        from specfsm.cli import require_extra
+
+        require_extra("--format dot", "diagram", "graphviz")
     from transitions.extensions.diagrams import GraphMachine
 
     class _Model:

@@ -24,6 +24,18 @@ from typing import Any
 import attrs
 
 from specfsm.acceptance import DraftShape, accept_length, alpha_from_accept_length
+from specfsm.cli import (
+    ArgParser,
+    UsageError,
+    accept_len,
+    nonnegative_int,
+    positive_float,
+    positive_float_list,
+    positive_int,
+    positive_int_list,
+    probability,
+    require_extra,
+)
 from specfsm.costs import (
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
@@ -54,17 +66,21 @@ SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
 
 
 def parse_shape(text: str) -> DraftShape:
-    """chain3 | tree | chainN | topk,steps,tokens."""
+    """chain3 | tree | chainN | topk,steps,tokens (argparse.ArgumentTypeError otherwise)."""
     if text in SHAPES:
         return SHAPES[text]
-    if text.startswith("chain") and text[5:].isdigit():
-        return DraftShape.chain(int(text[5:]))
-    parts = [int(x) for x in text.split(",")]
-    if len(parts) != 3:
-        raise argparse.ArgumentTypeError(
-            f"shape: chain3, tree, chainN or topk,steps,tokens: {text}"
-        )
-    return DraftShape(*parts)
+    try:
+        if text.startswith("chain") and text[5:].isdigit():
+            return DraftShape.chain(int(text[5:]))
+        parts = [int(x) for x in text.split(",")]
+        if len(parts) == 3:
+            return DraftShape(*parts)
+    except ValueError as exc:  # not integers, or DraftShape refused them
+        if isinstance(exc.args[0] if exc.args else None, str) and "DraftShape" in exc.args[0]:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a draft shape: chain3, tree, chainN or topk,steps,tokens"
+    )
 
 
 # ------------------------------------------------------------------------------ tuning
@@ -147,7 +163,11 @@ def sglang_equivalent(shape: DraftShape, high: int) -> dict[str, Any]:
 
 def _accept_from_log(path: str) -> float | None:
     vals: list[float] = []
-    with open(path, encoding="utf-8") as f:
+    try:
+        f = open(path, encoding="utf-8")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise UsageError(f"--log {path}: cannot read: {exc.strerror}") from None
+    with f:
         for line in f:
             try:
                 rec = json.loads(line)
@@ -163,11 +183,32 @@ def _accept_from_log(path: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def check_accept_len(value: float | None, shape: DraftShape) -> None:
+    """UsageError unless `value` (>= 1 already) is at most what `shape` can accept."""
+    top = shape.steps + 1
+    if value is not None and value > top:
+        raise UsageError(
+            f"argument --accept-len: {value:g} is more than {shape.label()} can accept "
+            f"(at most steps + 1 = {top})"
+        )
+
+
+def cost_model(flag: str, table: str, shape: DraftShape, ctx: int | None) -> CostModel:
+    """The cost model of `table`, or UsageError naming `flag`, the table and what is wrong."""
+    try:
+        return CostModel(load_table(table), shape, ctx=ctx)
+    except OSError as exc:
+        why = exc.strerror if exc.filename else str(exc)
+        raise UsageError(f"{flag} {table}: {why}") from None
+    except ValueError as exc:
+        raise UsageError(f"{flag} {table}: {exc}") from None
+
+
 def tune_main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="specfsm tune", description=__doc__)
+    ap = ArgParser(prog="specfsm tune", description=__doc__)
     ap.add_argument("--table", default=SHARED_REF, help=f"path or one of {packaged_tables()}")
     ap.add_argument(
-        "--ctx", type=int, default=None, help="context length (default: the table's first)"
+        "--ctx", type=positive_int, default=None, help="context length (default: the table's first)"
     )
     ap.add_argument(
         "--shape",
@@ -176,8 +217,8 @@ def tune_main(argv: list[str] | None = None) -> int:
         help="chain3 | tree | chainN | topk,steps,tokens",
     )
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--accept-len", type=float, help="mean tokens per verify incl. bonus")
-    g.add_argument("--alpha", type=float, help="per-token acceptance rate")
+    g.add_argument("--accept-len", type=accept_len, help="mean tokens per verify incl. bonus")
+    g.add_argument("--alpha", type=probability, help="per-token acceptance rate, in [0, 1]")
     g.add_argument("--log", help="specfsm JSON-lines log with accept_lens fields")
     ap.add_argument(
         "--plain",
@@ -188,16 +229,12 @@ def tune_main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     a = ap.parse_args(argv)
-    try:
-        cost = CostModel(load_table(a.table), a.shape, ctx=a.ctx)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"specfsm tune: {e}", file=sys.stderr)
-        return 2
+    check_accept_len(a.accept_len, a.shape)
+    cost = cost_model("--table", a.table, a.shape, a.ctx)
     if a.log:
         acc = _accept_from_log(a.log)
         if acc is None:
-            print(f"specfsm tune: no accept_lens found in {a.log}", file=sys.stderr)
-            return 2
+            raise UsageError(f"--log {a.log}: no accept_lens found (a specfsm observation log?)")
     elif a.accept_len is not None:
         acc = a.accept_len
     else:
@@ -338,13 +375,35 @@ STATIC_NAMES = ("no-spec", "always-spec")
 PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
 
 
+def named_traces(duration_s: float) -> dict[str, Load]:
+    """The three time-varying traces of the sweep (closed loop, target concurrency), by the
+    name `specfsm sim --trace` takes (their `Load.name`s carry the levels: ramp1-256, ...)."""
+    return {
+        "ramp": ramp(1, 256, duration_s),
+        "bursts": bursts(2, 128, duration_s / 8, duration_s),
+        "sine": sinusoid(2, 200, duration_s / 3, duration_s),
+    }
+
+
 def traces(duration_s: float) -> list[Load]:
     """The three time-varying traces of the sweep (closed loop, target concurrency)."""
-    return [
-        ramp(1, 256, duration_s),
-        bursts(2, 128, duration_s / 8, duration_s),
-        sinusoid(2, 200, duration_s / 3, duration_s),
-    ]
+    return list(named_traces(duration_s).values())
+
+
+#: Every policy `lineup` knows, by name (`specfsm sim --policies`).
+POLICY_NAMES = (*STATIC_NAMES, *PEER_NAMES, *SPECFSM_NAMES)
+
+
+def policy_names(text: str) -> list[str]:
+    """Comma-separated names out of POLICY_NAMES (empty: all)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(map(repr, unknown))} "
+            f"(choose from {', '.join(POLICY_NAMES)})"
+        )
+    return names
 
 
 # ------------------------------------------------------------------------------ output
@@ -492,49 +551,63 @@ def plot_timeline(path: str, results: Sequence[RunResult], title: str) -> None:
 
 # ------------------------------------------------------------------------------ sim CLI
 def sim_main(argv: list[str] | None = None) -> int:
-    from specfsm import sim
-
-    ap = argparse.ArgumentParser(prog="specfsm sim", description=__doc__)
+    ap = ArgParser(prog="specfsm sim", description=__doc__)
     ap.add_argument("--fit-table", default=SHARED_REF, help="table the policies are tuned on")
     ap.add_argument(
         "--table", default=None, help="table the run is scored on (default: --fit-table)"
     )
-    ap.add_argument("--ctx", type=int, default=None)
+    ap.add_argument("--ctx", type=positive_int, default=None)
     ap.add_argument("--shape", type=parse_shape, default=SHAPES["chain3"])
-    ap.add_argument("--alpha", type=float, default=0.8)
+    ap.add_argument("--alpha", type=probability, default=0.8)
     ap.add_argument(
         "--levels",
+        type=positive_int_list,
         default="1,2,4,8,16,32,64,128,256",
         help="fixed-concurrency levels (comma list); empty to skip",
     )
-    ap.add_argument("--poisson", default="", help="Poisson rates req/s (comma list)")
+    ap.add_argument(
+        "--poisson", type=positive_float_list, default="", help="Poisson rates req/s (comma list)"
+    )
     ap.add_argument("--trace", choices=["none", "ramp", "bursts", "sine", "all"], default="none")
-    ap.add_argument("--duration", type=float, default=300.0, help="trace length, simulated s")
-    ap.add_argument("--iterations", type=int, default=3000, help="per fixed level")
-    ap.add_argument("--warmup", type=int, default=500)
-    ap.add_argument("--policies", default="", help="comma list of names (default: all)")
+    ap.add_argument(
+        "--duration", type=positive_float, default=300.0, help="trace length, simulated s"
+    )
+    ap.add_argument("--iterations", type=positive_int, default=3000, help="per fixed level")
+    ap.add_argument("--warmup", type=nonnegative_int, default=500)
+    ap.add_argument(
+        "--policies",
+        type=policy_names,
+        default="",
+        help=f"comma list of names (default: all): {', '.join(POLICY_NAMES)}",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    fit = CostModel(load_table(a.fit_table), a.shape, ctx=a.ctx)
-    score = CostModel(load_table(a.table or a.fit_table), a.shape, ctx=a.ctx)
+    require_extra("specfsm sim", "sim", "numpy", "matplotlib")
+    from specfsm import sim
+
+    fit = cost_model("--fit-table", a.fit_table, a.shape, a.ctx)
+    score = cost_model(
+        "--table" if a.table else "--fit-table", a.table or a.fit_table, a.shape, a.ctx
+    )
+    levels: list[int] = a.levels
+    pick = {"ramp": ["ramp"], "bursts": ["bursts"], "sine": ["sine"]}
+    trace_names = pick.get(a.trace, ["ramp", "bursts", "sine"] if a.trace == "all" else [])
+    if not (levels or a.poisson or trace_names):
+        raise UsageError("nothing to run: --levels is empty and no --poisson or --trace given")
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {a.out}: cannot create: {exc.strerror}") from None
     if (a.table or a.fit_table) == a.fit_table:
         print("warning: scored on the table the policies were fitted on", file=sys.stderr)
-    names = [n for n in a.policies.split(",") if n] or None
-    os.makedirs(a.out, exist_ok=True)
+    names = a.policies or None
     loads: list[tuple[Load, int | None, int]] = []
-    levels = [int(x) for x in a.levels.split(",") if x]
     loads += [(fixed_concurrency(c), a.iterations + a.warmup, a.warmup) for c in levels]
-    loads += [(sim.poisson(float(r), a.duration), None, 0) for r in a.poisson.split(",") if r]
-    tr = {t.name.split("-")[0].rstrip("0123456789."): t for t in traces(a.duration)}
-    pick = {
-        "ramp": ["ramp"],
-        "bursts": ["bursts"],
-        "sine": ["sine"],
-        "all": ["ramp", "bursts", "sine"],
-    }
-    for k in pick.get(a.trace, []):
+    loads += [(sim.poisson(r, a.duration), None, 0) for r in a.poisson]
+    tr = named_traces(a.duration)
+    for k in trace_names:
         loads.append((tr[k], None, 0))
     n_pol = len(lineup(fit, a.shape, a.alpha, names=names))
     prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
@@ -585,4 +658,6 @@ def sim_main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(sim_main())
+    from specfsm.cli import main
+
+    raise SystemExit(main(["sim", *sys.argv[1:]]))

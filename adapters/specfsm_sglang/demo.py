@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -157,32 +158,65 @@ def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
     out.flush()
 
 
+def check_policy(text: str) -> None:
+    """Refuse a bad ``--policy`` shorthand before the engine starts (UsageError, one line),
+    with the adapter's own parser and validator: exactly what the engine would refuse."""
+    from specfsm.cli import UsageError
+    from specfsm_sglang.config import _parse_shorthand, make_policy
+
+    try:
+        make_policy(_parse_shorthand(text))
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--policy {text!r}: a value is not JSON ({exc.msg}); values are numbers, "
+            'true/false or "quoted strings", e.g. threshold:high=6,low=3'
+        ) from None
+    except (ValueError, TypeError) as exc:  # the adapter's ConfigError is a ValueError
+        msg = str(exc).removeprefix("specfsm: ")
+        raise UsageError(f"--policy {text!r}: {msg}") from None
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="specfsm demo", description=__doc__.splitlines()[0])
+    """The arguments, every one validated (UsageError, one line) before anything starts."""
+    from specfsm.cli import ArgParser, UsageError, positive_int, positive_int_list
+
+    p = ArgParser(prog="specfsm demo", description=__doc__.splitlines()[0])
     p.add_argument("--spec", default="EAGLE3", choices=["EAGLE3", "EAGLE", "STANDALONE", "none"])
     p.add_argument("--tree", action="store_true", help="topk=4 tree instead of the topk=1 chain")
     p.add_argument("--overlap", action="store_true", help="SGLang overlap scheduler on")
     p.add_argument(
         "--ramp",
+        type=positive_int_list,
         default=",".join(str(n) for n, _ in DEFAULT_RAMP),
         help="concurrent requests per phase, comma separated (default 2,16,2)",
     )
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=positive_int, default=32)
     p.add_argument(
         "--policy",
         default="threshold:high=6,low=3,debounce=2,min_dwell=4",
         help="specfsm policy shorthand (SPECFSM_POLICY syntax)",
     )
     p.add_argument("--no-specfsm", action="store_true", help="run without the specfsm plugin")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.ramp:
+        raise UsageError("argument --ramp: no phases (expected e.g. 2,16,2)")
+    check_policy(args.policy)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo; returns the exit status (130 after Ctrl-C)."""
     args = _parse(argv)
-    counts = [int(x) for x in args.ramp.split(",") if x.strip()]
+    counts: list[int] = args.ramp
     names = ["few" if n <= min(counts) else "many" for n in counts]
-    from specfsm_sglang.testbed.engine import make_engine
+    try:
+        from specfsm_sglang.testbed.engine import make_engine
+    except ImportError as exc:
+        from specfsm.cli import UsageError
+
+        raise UsageError(
+            f"needs SGLang 0.5.23 and a CPU torch (the test bed: ./dev demo): {exc}"
+        ) from None
 
     spec = None if args.spec == "none" else args.spec
     print(
@@ -197,7 +231,6 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         print("starting engine ...", flush=True)
         if use_fsm:
-            import json
             import os
             import tempfile
 
@@ -233,4 +266,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from specfsm.cli import main as cli_main
+
+    raise SystemExit(cli_main(["demo", *sys.argv[1:]]))
