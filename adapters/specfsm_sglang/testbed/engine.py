@@ -68,10 +68,15 @@ def engine_args(
     spec: str | None = None,
     tree: bool = False,
     overlap: bool = False,
+    agree: str | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """The ``sglang.Engine`` keyword arguments :func:`make_engine` uses."""
     args = dict(BASE_ARGS)
+    if agree is not None:
+        if agree not in models.AGREE_RATES:
+            raise ValueError(f"agree must be one of {models.AGREE_RATES} or None, got {agree!r}")
+        target = "agree"
     args["model_path"] = str(models.target_path(target))
     args["disable_overlap_schedule"] = not overlap
     if spec is not None:
@@ -79,7 +84,7 @@ def engine_args(
         if spec not in SPEC_ALGORITHMS:
             raise ValueError(f"spec must be one of {SPEC_ALGORITHMS} or None, got {spec!r}")
         args["speculative_algorithm"] = spec
-        args["speculative_draft_model_path"] = str(models.draft_path(spec, target))
+        args["speculative_draft_model_path"] = str(models.draft_path(spec, target, agree))
         args.update(TREE if tree else CHAIN)
     elif tree:
         raise ValueError("tree=True needs a speculative algorithm")
@@ -92,20 +97,24 @@ def make_engine(
     spec: str | None = None,
     tree: bool = False,
     overlap: bool = False,
+    agree: str | None = None,
     **overrides: Any,
 ) -> Any:
     """A started ``sglang.Engine`` on CPU.
 
-    ``target``: ``"llama"`` or ``"bigram"``; ``spec``: None (no speculation), ``"EAGLE3"``,
-    ``"EAGLE"`` or ``"STANDALONE"`` (an identical copy of the target); ``tree``: topk=4 /
-    steps=2 / 8 draft tokens instead of the chain topk=1 / steps=3 / 4 draft tokens;
-    ``overlap``: SGLang's overlap scheduler on (``event_loop_overlap``) or off. ``overrides``
-    go to ``sglang.Engine`` as they are (e.g. ``max_running_requests=16``).
+    ``target``: ``"llama"``, ``"bigram"`` or ``"agree"``; ``spec``: None (no speculation),
+    ``"EAGLE3"``, ``"EAGLE"`` or ``"STANDALONE"`` (an identical copy of the target); ``tree``:
+    topk=4 / steps=2 / 8 draft tokens instead of the chain topk=1 / steps=3 / 4 draft tokens;
+    ``overlap``: SGLang's overlap scheduler on (``event_loop_overlap``) or off; ``agree``
+    (``"full"`` / ``"mid"``, spec ``"EAGLE"`` or None): the agreeing bigram target and an EAGLE
+    v1 draft that accepts every draft token / ~0.6 of them (:mod:`.models`; greedy output is
+    :func:`.models.agree_chain`, see :class:`AgreeReference`). ``overrides`` go to
+    ``sglang.Engine`` as they are (e.g. ``max_running_requests=16``).
     """
     enable_cpu_testbed()
     import sglang
 
-    return sglang.Engine(**engine_args(target, spec, tree, overlap, **overrides))
+    return sglang.Engine(**engine_args(target, spec, tree, overlap, agree, **overrides))
 
 
 @contextlib.contextmanager
@@ -140,6 +149,34 @@ def generate_greedy(
 ) -> list[list[int]]:
     """Greedy output token ids per prompt."""
     return [list(o["output_ids"]) for o in generate(engine, prompts, max_new_tokens)]
+
+
+class AgreeReference:
+    """The no-speculation greedy output of the ``agree`` target, computed without an engine:
+    the target is a bigram (its output after token ``x`` is ``sigma(x)`` whatever the context),
+    so its greedy continuation is the sigma chain from the prompt's last token (checked against
+    the real no-spec engine by tests/cpu/test_agree_weights.py and tests/engine). Same call
+    signature as :class:`.refserver.ReferenceServer`."""
+
+    def __init__(self) -> None:
+        self.sigma = models.agree_sigma()
+
+    def __call__(
+        self, prompts: Sequence[Sequence[int]], max_new: Sequence[int] | int
+    ) -> list[list[int]]:
+        lens = [max_new] * len(prompts) if isinstance(max_new, int) else list(max_new)
+        return [
+            models.agree_chain(list(p), int(n), self.sigma)
+            for p, n in zip(prompts, lens, strict=True)
+        ]
+
+
+def accept_length(metas: Sequence[dict[str, Any]]) -> float:
+    """Tokens per K-wide verify over SGLang ``meta_info`` dicts: 1 + correct drafts / verify
+    rounds (1.0 when nothing was verified)."""
+    verify = sum(int(m.get("spec_verify_ct") or 0) for m in metas)
+    correct = sum(int(m.get("spec_num_correct_drafts") or 0) for m in metas)
+    return 1.0 + correct / verify if verify else 1.0
 
 
 def default_prompts(n: int = 4, length: int = 12, seed: int = 0) -> list[list[int]]:

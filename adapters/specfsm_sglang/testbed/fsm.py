@@ -35,13 +35,13 @@ def _env(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def make_fsm_engine(
+def fsm_env(
     test_dir: str | Path,
     policy: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
-    **engine_kwargs: Any,
-) -> Any:
-    """A started CPU engine with specfsm on, its test channel and JSON log in `test_dir`."""
+) -> dict[str, str]:
+    """The environment that turns specfsm on (``SPECFSM_CONFIG_JSON``) with its test channel
+    and JSON log in ``test_dir`` and its control file ``test_dir/control.json``."""
     test_dir = Path(test_dir)
     test_dir.mkdir(parents=True, exist_ok=True)
     cfg = {
@@ -51,8 +51,28 @@ def make_fsm_engine(
         "control_every": 4,
     }
     cfg.update(config or {})
-    with _env({"SPECFSM_CONFIG_JSON": json.dumps(cfg), "SPECFSM_TEST_DIR": str(test_dir)}):
+    return {"SPECFSM_CONFIG_JSON": json.dumps(cfg), "SPECFSM_TEST_DIR": str(test_dir)}
+
+
+def make_fsm_engine(
+    test_dir: str | Path,
+    policy: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+    **engine_kwargs: Any,
+) -> Any:
+    """A started CPU engine with specfsm on, its test channel and JSON log in `test_dir`."""
+    with _env(fsm_env(test_dir, policy, config)):
         return E.make_engine(**engine_kwargs)
+
+
+def write_control(test_dir: str | Path, change: dict[str, Any]) -> None:
+    """Write the operator's control file (``{"pin": "PLAIN"}``, ``{"pin": None}``, ...)
+    atomically, with a fresh mtime."""
+    path = Path(test_dir) / "control.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(change))
+    os.replace(tmp, path)
+    time.sleep(0.01)
 
 
 def inject(test_dir: str | Path, **cmd: Any) -> None:

@@ -23,17 +23,28 @@ Kinds (:data:`KINDS`):
   embedding and head shared from the target.
 * ``llama-standalone`` / ``bigram-standalone``: STANDALONE drafts, exact copies of the
   ``llama`` / ``bigram`` target (written as their own directories).
+* ``agree``, ``eagle-agree-full``, ``eagle-agree-mid``: drafts that accept at a known rate.
+  The ``llama`` / ``eagle`` recipes rewritten by ``benchmarks/gpu/agree_weights.py``'s
+  :func:`rewrite` (the construction the H200 sweep uses, not a second one; seed
+  :data:`AGREE_SEED`): the target greedily predicts ``sigma(x)`` after token ``x`` whatever the
+  context (a bigram: its layers add nothing to the residual), the EAGLE v1 draft agrees on every
+  token (``full``: a chain verify accepts 3 of 3 drafts) or on ~0.65 of the tokens (``mid``,
+  accept length ~2.4 per chain verify). Greedy output of the target is the chain
+  ``sigma(x), sigma(sigma(x)), ...`` from the prompt's last token: :func:`agree_chain`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import zlib
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
@@ -50,7 +61,21 @@ MAX_POSITIONS = 2048
 BIGRAM_LOGIT_SCALE = 16.0
 RECIPE_VERSION = 2  # bump when a recipe below changes: the cache key changes with it
 
-KINDS = ("llama", "bigram", "eagle3", "eagle", "llama-standalone", "bigram-standalone")
+AGREE_SEED = 0
+AGREE_RATES = ("full", "mid")
+KINDS = (
+    "llama",
+    "bigram",
+    "eagle3",
+    "eagle",
+    "llama-standalone",
+    "bigram-standalone",
+    "agree",
+    *(f"eagle-agree-{r}" for r in AGREE_RATES),
+)
+#: benchmarks/gpu/agree_weights.py in the source tree (the test bed runs from an editable
+#: install; the module is not part of the wheel).
+AGREE_WEIGHTS = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "agree_weights.py"
 
 
 def cache_root() -> Path:
@@ -176,6 +201,53 @@ def _eagle(seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 _SEEDS = {"llama": 1234, "bigram": 1234, "eagle3": 3333, "eagle": 4444}
 
 
+def agree_weights() -> ModuleType:
+    """``benchmarks/gpu/agree_weights.py`` as module ``agree_weights`` (loaded once)."""
+    if "agree_weights" in sys.modules:
+        return sys.modules["agree_weights"]
+    if not AGREE_WEIGHTS.exists():
+        raise FileNotFoundError(
+            f"{AGREE_WEIGHTS} not found: the agreeing test-bed models need the source tree"
+        )
+    spec = importlib.util.spec_from_file_location("agree_weights", AGREE_WEIGHTS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["agree_weights"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_module(weights: dict[str, torch.Tensor], cfg: dict[str, Any]) -> torch.nn.Module:
+    """An ``nn.Module`` whose parameters ARE ``weights`` (shared storage, dotted names as
+    given) and whose ``.config`` has ``cfg``'s keys: what ``agree_weights.rewrite`` reads."""
+    root = torch.nn.Module()
+    for name, tensor in weights.items():
+        *path, leaf = name.split(".")
+        mod = root
+        for part in path:
+            if not hasattr(mod, part):
+                mod.add_module(part, torch.nn.Module())
+            mod = getattr(mod, part)
+        mod.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=False))
+    root.config = SimpleNamespace(**cfg)  # type: ignore[assignment]
+    return root
+
+
+def _agree(kind: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The agreeing target / draft: the ``llama`` / ``eagle`` recipe rewritten in place."""
+    aw = agree_weights()
+    if kind == "agree":
+        cfg, w = _target(_SEEDS["llama"], bigram=False)
+        aw.rewrite(_as_module(w, cfg), "target", seed=AGREE_SEED, rate="full")
+        return cfg, w
+    rate = kind.removeprefix("eagle-agree-")
+    cfg, w = _eagle(_SEEDS["eagle"])
+    # SGLang's LlamaForCausalLMEagle names its parameters model.*; the checkpoint has no prefix.
+    named = {f"model.{k}": v for k, v in w.items()}
+    aw.rewrite(_as_module(named, cfg), "draft", seed=AGREE_SEED, rate=rate)
+    return cfg, w
+
+
 def recipe(kind: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(config.json dict, state dict) of ``kind``; pure function of the kind."""
     if kind in ("llama", "llama-standalone"):
@@ -186,12 +258,17 @@ def recipe(kind: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         return _eagle3(_SEEDS["eagle3"])
     if kind == "eagle":
         return _eagle(_SEEDS["eagle"])
+    if kind == "agree" or kind.removeprefix("eagle-agree-") in AGREE_RATES:
+        return _agree(kind)
     raise ValueError(f"unknown tiny model kind {kind!r}; one of {KINDS}")
 
 
 def _key(kind: str) -> str:
     base = kind.removesuffix("-standalone")
-    blob = json.dumps([RECIPE_VERSION, base, recipe(kind)[0], _SEEDS.get(base)], sort_keys=True)
+    parts: list[Any] = [RECIPE_VERSION, base, recipe(kind)[0], _SEEDS.get(base)]
+    if "agree" in kind:  # the construction's source and seed are part of the recipe
+        parts += [hashlib.sha256(AGREE_WEIGHTS.read_bytes()).hexdigest(), AGREE_SEED]
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -222,17 +299,28 @@ def ensure(kind: str) -> Path:
     return path
 
 
+TARGETS = ("llama", "bigram", "agree")
+
+
 def target_path(target: str = "llama") -> Path:
-    """The target model directory: ``"llama"`` or ``"bigram"``."""
-    if target not in ("llama", "bigram"):
-        raise ValueError(f"target must be 'llama' or 'bigram', got {target!r}")
+    """The target model directory: ``"llama"``, ``"bigram"`` or ``"agree"``."""
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     return ensure(target)
 
 
-def draft_path(spec: str, target: str = "llama") -> Path:
+def draft_path(spec: str, target: str = "llama", agree: str | None = None) -> Path:
     """The draft directory for speculative algorithm ``spec`` (EAGLE3 / EAGLE / STANDALONE);
-    a STANDALONE draft is an identical copy of ``target``."""
+    a STANDALONE draft is an identical copy of ``target``. ``agree`` (``full`` / ``mid``): the
+    EAGLE v1 draft that agrees with the ``agree`` target at that rate."""
     spec = spec.upper()
+    if agree is not None:
+        if spec != "EAGLE" or agree not in AGREE_RATES:
+            raise ValueError(
+                f"agreeing drafts are EAGLE (v1) only, rate one of {AGREE_RATES}; got "
+                f"spec={spec!r}, agree={agree!r} (agree_weights.py: EAGLE-3 cannot follow sigma)"
+            )
+        return ensure(f"eagle-agree-{agree}")
     if spec == "EAGLE3":
         return ensure("eagle3")
     if spec == "EAGLE":
@@ -241,3 +329,26 @@ def draft_path(spec: str, target: str = "llama") -> Path:
         target_path(target)
         return ensure(f"{target}-standalone")
     raise ValueError(f"speculative algorithm must be EAGLE3, EAGLE or STANDALONE, got {spec!r}")
+
+
+def agree_sigma() -> list[int]:
+    """``sigma`` of the ``agree`` target: its greedy next token after ``x`` is ``sigma[x]``."""
+    return [int(v) for v in agree_weights().permutation(AGREE_SEED, VOCAB)]
+
+
+def agree_chain(prompt: list[int], n: int, sigma: list[int] | None = None) -> list[int]:
+    """The ``agree`` target's greedy output: ``n`` tokens of the sigma chain after ``prompt``."""
+    sigma = sigma if sigma is not None else agree_sigma()
+    out, x = [], int(prompt[-1])
+    for _ in range(n):
+        x = sigma[x]
+        out.append(x)
+    return out
+
+
+def agree_rate(rate: str) -> float:
+    """Per-token agreement of the ``rate`` draft with the ``agree`` target (offline, exact)."""
+    aw = agree_weights()
+    k = aw.parse_rate(rate, VOCAB, HIDDEN).k
+    emb = aw.embeddings(AGREE_SEED, VOCAB, HIDDEN)
+    return float(aw.agreement(emb, k, AGREE_SEED, torch.arange(VOCAB)))
