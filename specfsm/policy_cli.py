@@ -197,11 +197,10 @@ def cost_model(flag: str, table: str, shape: DraftShape, ctx: int | None) -> Cos
     """The cost model of `table`, or UsageError naming `flag`, the table and what is wrong."""
     try:
         return CostModel(load_table(table), shape, ctx=ctx)
-    except OSError as exc:
-        why = exc.strerror if exc.filename else str(exc)
-        raise UsageError(f"{flag} {table}: {why}") from None
-    except ValueError as exc:
-        raise UsageError(f"{flag} {table}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.filename else str(exc)
+        # the message names the table already (load_table, parse_table, check_models)
+        raise UsageError(f"{flag}: {why}" if table in why else f"{flag} {table}: {why}") from None
 
 
 def tune_main(argv: list[str] | None = None) -> int:
