@@ -198,7 +198,7 @@ def cost_model(flag: str, table: str, shape: DraftShape, ctx: int | None) -> Cos
     try:
         return CostModel(load_table(table), shape, ctx=ctx)
     except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.filename else str(exc)
+        why = str(exc.strerror if isinstance(exc, OSError) and exc.filename else exc)
         # the message names the table already (load_table, parse_table, check_models)
         raise UsageError(f"{flag}: {why}" if table in why else f"{flag} {table}: {why}") from None
 
