@@ -38,13 +38,14 @@ class MissingExtra(UsageError):
     def __init__(self, what: str, modules: list[str], extra: str) -> None:
         self.modules, self.extra = modules, extra
         super().__init__(
-            f"{what} needs {' and '.join(modules)}, not installed here: "
+            f"{what + ' ' if what else ''}needs {' and '.join(modules)}, not installed here: "
             f'pip install "specfsm[{extra}]" (or pip install {" ".join(modules)})'
         )
 
 
 def require_extra(what: str, extra: str, *modules: str) -> None:
-    """Raise `MissingExtra` naming every module of `modules` that does not import."""
+    """Raise `MissingExtra` naming every module of `modules` that does not import (`what`: the
+    option that needs them, or "" for the whole command)."""
     missing = []
     for name in modules:
         try:

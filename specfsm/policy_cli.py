@@ -583,7 +583,7 @@ def sim_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    require_extra("specfsm sim", "sim", "numpy", "matplotlib")
+    require_extra("", "sim", "numpy", "matplotlib")
     from specfsm import sim
 
     fit = cost_model("--fit-table", a.fit_table, a.shape, a.ctx)
