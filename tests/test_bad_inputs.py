@@ -62,7 +62,7 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["demo", "--ramp", ","], ["--ramp"]),
     (["demo", "--max-new-tokens", "0"], ["--max-new-tokens", "'0'"]),
     (["demo", "--policy", "thresh"], ["--policy 'thresh'", "unknown policy"]),
-    (["demo", "--policy", "threshold:high=eight"], ["--policy 'threshold:high=eight'", "JSON"]),
+    (["demo", "--policy", "threshold:high=eight"], ["--policy 'threshold:high=eight'"]),
     (["demo", "--policy", "threshold:high=8,low=9"], ["--policy", "low"]),
     (["demo", "--policy", "threshold:high"], ["--policy 'threshold:high'", "key=value"]),
     (["demo", "--spec", "MEDUSA"], ["--spec", "'MEDUSA'"]),
