@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -39,9 +40,9 @@ from specfsm import (
 )
 from specfsm.actions import action_name
 from specfsm.contracts import Violation, describe
-from specfsm_sglang import compat
+from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
-from specfsm_sglang.config import make_policy
+from specfsm_sglang.config import Config, ConfigError, make_policy
 
 TEST_DIR_ENV = "SPECFSM_TEST_DIR"  # test-only channel: fault injection in, counters out
 
@@ -147,7 +148,7 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
 class Controller:
     """specfsm inside one scheduler rank."""
 
-    def __init__(self, worker: Any, server_args: Any, cfg: dict[str, Any]) -> None:
+    def __init__(self, worker: Any, server_args: Any, cfg: Config) -> None:
         from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
 
         self.worker = worker
@@ -179,7 +180,7 @@ class Controller:
         # per-iteration bookkeeping read by the actions and the completion events
         self.inflight_wide = 0
         self.resync_left = 0
-        self.resync_forwards = int(cfg["resync_forwards"])
+        self.resync_forwards = cfg.resync_forwards
         self.iteration = 0
         self.running = 0
         self.queued = 0
@@ -192,22 +193,22 @@ class Controller:
         if self.test_dir:
             self.injector = _FaultInjector(actions)
             actions = self.injector
-        log_dest = cfg.get("log")
-        if isinstance(log_dest, str) and "{rank}" in log_dest:
-            log_dest = log_dest.format(rank=self.rank)
+        # checked (directory created) in the parent; again here for this rank's path
+        log_dest = config.prepare_log(cfg.log, self.rank) if cfg.log else None
         self.log = TransitionLog(json_logger(log_dest) if log_dest else None, rank=self.rank)
-        initial = Mode[cfg["initial_mode"]]
+        initial = Mode[cfg.initial_mode]
         self.fsm = SpecFSM(
-            make_policy(cfg["policy"]),
+            make_policy(cfg.policy),
             actions,
             initial=initial,
             log=self.log,
-            observe_every=int(cfg["observe_every"]),
-            observe_seconds=float(cfg["observe_seconds"]),
+            observe_every=cfg.observe_every,
+            observe_seconds=float(cfg.observe_seconds),
+            max_policy_faults=cfg.max_policy_faults,
         )
         # the initial mode's state must be attached before the first forward
         (actions.enter_speculating if initial is Mode.SPECULATING else actions.enter_plain)(None)
-        self.contracts = _build_contracts(self, int(cfg["contracts_every"]))
+        self.contracts = _build_contracts(self, cfg.contracts_every)
         self._subject = _Subject(self)
         self.contract_ns = 0
 
@@ -226,9 +227,10 @@ class Controller:
         except Exception:  # single process without published parallel context
             pass
 
-        self.control_file = cfg.get("control_file")
-        self.control_every = int(cfg["control_every"])
-        self._control_mtime = 0.0
+        self.control_file = cfg.control_file
+        self.control_every = cfg.control_every
+        self._control_sig: tuple[int, ...] | None = None  # (type, mtime_ns, size, inode) seen
+        self._policy_faults_seen = 0
         self._inject_mtime = 0.0
         self._stale_inject = 0
         self._idle_written = 0.0
@@ -241,6 +243,9 @@ class Controller:
             "action_failures": 0,
             "idle_checks": 0,
             "contract_checks": 0,
+            "policy_faults": 0,
+            "control_polls": 0,
+            "control_poll_max_ns": 0,
         }
         self.fsm.listeners.append(self._on_transition)
         from specfsm_sglang import metrics
@@ -257,7 +262,7 @@ class Controller:
                 "dp_attention": self.global_load is not None,
                 "plain": "warm (steps=0 runtime state: 1-token verify + 1-token draft-extend)",
                 "build_plain_state_s": round(self.build_plain_s, 3),
-                **{k: v for k, v in cfg.items() if k != "policy"},
+                **{k: v for k, v in cfg.as_dict().items() if k != "policy"},
                 "policy": self.fsm.policy.describe(),
             }
         )
@@ -269,7 +274,13 @@ class Controller:
         if self.test_dir is not None:
             self._poll_test_channel(batch)
         if self.control_file is not None and it % self.control_every == 0:
+            t0 = time.perf_counter_ns()
             self._poll_control()
+            dt = time.perf_counter_ns() - t0
+            c = self.counters
+            c["control_polls"] += 1
+            if dt > c["control_poll_max_ns"]:
+                c["control_poll_max_ns"] = dt
         bs = compat.local_batch_size(batch)
         mean_ctx = 0
         if getattr(self.fsm.policy, "ctx_aware", False):
@@ -371,6 +382,14 @@ class Controller:
         key = f"{rec.src.value}->{rec.dst.value}"
         t = self.counters["transitions"]
         t[key] = t.get(key, 0) + 1
+        faults = self.fsm.policy_faults
+        new_faults = faults - self._policy_faults_seen
+        if new_faults:  # a policy fault: its FAULT transition is this one
+            self._policy_faults_seen = faults
+            self.counters["policy_faults"] = faults
+            if self.metrics is not None:
+                err = self.fsm.last_policy_error
+                self.metrics.policy_fault(err.policy if err is not None else "?", new_faults)
         if self.metrics is not None:
             self.metrics.transition(rec)
         if self.test_dir is not None:
@@ -378,45 +397,105 @@ class Controller:
 
     # ------------------------------------------------------------------ runtime control
     def _poll_control(self) -> None:
-        """Re-read the control file when it changed (rank 0 reads, every TP rank applies)."""
-        change: Any = None
+        """Re-read the control file when it changed (rank 0 reads, every TP rank applies).
+
+        Never blocks: the file is opened only when ``os.stat`` says it is a regular file whose
+        (mtime, size, inode) changed and that holds at most MAX_CONTROL_BYTES; a FIFO, a
+        directory, a device or an oversized file is refused with one log line, never opened.
+        """
+        msg: Any = None
         if self.rank == 0:
-            try:
-                mtime = os.stat(self.control_file).st_mtime
-            except OSError:
-                mtime = 0.0
-            if mtime and mtime != self._control_mtime:
-                self._control_mtime = mtime
-                try:
-                    change = json.loads(Path(self.control_file).read_text())
-                except (OSError, ValueError) as exc:
-                    change = {"error": f"{type(exc).__name__}: {exc}"}
+            msg = self._read_control()
         if self.tp_group is not None:
             from specfsm_sglang.consensus import broadcast_object
 
-            change = broadcast_object(change, self.tp_group)
-        if change is not None:
-            self.apply_control(change)
+            msg = broadcast_object(msg, self.tp_group)
+        if msg is None:
+            return
+        kind, payload = msg
+        if kind == "refused":
+            self._log_control("refused", payload)
+        else:
+            self.apply_control(payload)
 
-    def apply_control(self, change: dict[str, Any]) -> None:
-        """Pin a mode or swap the policy; logged as specfsm.config with `control` set."""
+    def _read_control(self) -> tuple[str, Any] | None:
+        """('content', parsed JSON) / ('refused', reason) when the file changed, else None."""
+        path = self.control_file or ""
         try:
-            if "error" in change:
-                raise ValueError(change["error"])
-            pin = change.get("pin")
-            if pin is not None:
-                if pin not in ("SPECULATING", "PLAIN"):
-                    raise ValueError(f"pin must be SPECULATING, PLAIN or null: {pin!r}")
-                policy: Any = FixedPolicy(pin == "SPECULATING")
-            elif "policy" in change:
-                policy = make_policy(change["policy"])
+            st = os.stat(path)
+        except FileNotFoundError:
+            self._control_sig = None
+            return None
+        except OSError as exc:
+            return self._control_refusal(("error", exc.errno or 0), f"cannot stat: {exc}")
+        sig = (stat.S_IFMT(st.st_mode), st.st_mtime_ns, st.st_size, st.st_ino)
+        if sig == self._control_sig:
+            return None
+        self._control_sig = sig
+        if not stat.S_ISREG(st.st_mode):
+            return (
+                "refused",
+                f"control_file: {path} is {_file_kind(st.st_mode)}, not a regular "
+                "file; it is not opened (nothing may block the scheduler)",
+            )
+        if st.st_size > config.MAX_CONTROL_BYTES:
+            return (
+                "refused",
+                f"control_file: {path} holds {st.st_size} bytes, more than the "
+                f"limit of {config.MAX_CONTROL_BYTES}; not read",
+            )
+        try:
+            # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open returns at once
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            return ("refused", f"control_file: cannot open {path}: {exc.strerror}")
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return ("refused", f"control_file: {path} is not a regular file; not read")
+            data = os.read(fd, config.MAX_CONTROL_BYTES + 1)
+        except OSError as exc:
+            return ("refused", f"control_file: cannot read {path}: {exc.strerror}")
+        finally:
+            os.close(fd)
+        if len(data) > config.MAX_CONTROL_BYTES:
+            return ("refused", f"control_file: {path} grew past {config.MAX_CONTROL_BYTES} bytes")
+        try:
+            return ("content", json.loads(data))
+        except ValueError as exc:
+            return ("refused", f"control_file: {path} is not JSON: {exc}")
+
+    def _control_refusal(self, sig: tuple[Any, ...], reason: str) -> tuple[str, Any] | None:
+        if sig == self._control_sig:
+            return None
+        self._control_sig = sig
+        return ("refused", f"control_file: {reason}")
+
+    def _log_control(self, outcome: str, reason: str, *request: Any) -> None:
+        line: dict[str, object] = {"control": outcome, "reason": reason}
+        if request:
+            line["request"] = request[0]
+        self.log.config(line)
+
+    def apply_control(self, content: Any) -> None:
+        """Pin a mode, unpin, or swap the policy, after checking the content with the config's
+        schema (and a goodput policy's shape against this server's); every refusal is logged as
+        specfsm.config with control=refused and the reason, every change with control=applied."""
+        try:
+            change = config.parse_control(content)
+            if change.kind == "pin":
+                policy: Any = FixedPolicy(change.pin == "SPECULATING")
+            elif change.kind == "policy":
+                config.check_policy_shape(
+                    change.policy, (self.topk, self.spec_steps, self.spec_tokens), "control.policy"
+                )
+                policy = make_policy(change.policy, key="control.policy")
             else:
-                policy = make_policy(self.cfg["policy"])  # unpin: back to the configured one
-        except Exception as exc:
-            self.log.config({"control": "refused", "error": str(exc), "request": change})
+                policy = make_policy(self.cfg.policy)  # unpin: back to the configured one
+        except ConfigError as exc:
+            self._log_control("refused", str(exc), content)
             return
         self.fsm.policy = policy
-        self.log.config({"control": "applied", "request": change, "policy": policy.describe()})
+        self.log.config({"control": "applied", "request": content, "policy": policy.describe()})
 
     # ------------------------------------------------------------------ test channel
     def _poll_test_channel(self, batch: Any) -> None:
@@ -456,6 +535,17 @@ class Controller:
         with open(tmp, "w") as f:
             json.dump(c, f)
         os.replace(tmp, path)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def _graph_bs() -> list[int] | None:

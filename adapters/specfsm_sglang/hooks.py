@@ -2,6 +2,7 @@
 
 | target (compat.Surface)                     | type   | what it does                              |
 |---------------------------------------------|--------|-------------------------------------------|
+| ServerArgs.check_server_args (parent; always) | AFTER | check everything before workers start |
 | Scheduler.__init__                          | BEFORE | refuse unsupported configurations         |
 | Scheduler.__init__                          | AFTER  | prove the worker hooks ran (else refuse)  |
 | EAGLEWorkerV2.init_cuda_graphs              | AFTER  | build the 1-wide state, the controller    |
@@ -18,13 +19,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from specfsm_sglang import compat
-from specfsm_sglang.config import ConfigError
+from specfsm_sglang import compat, config
+from specfsm_sglang.config import Config, ConfigError, StartRefused
 
 CONTROLLER_ATTR = "_specfsm_controller"
-_state: dict[str, Any] = {"cfg": None, "controller": None}
+#: ServerArgs.check_server_args runs in the engine's (or HTTP server's) parent process, after
+#: the server arguments were resolved and before any scheduler process is spawned.
+LAUNCH_CHECK_TARGET = "sglang.srt.server_args.ServerArgs.check_server_args"
+_state: dict[str, Any] = {"cfg": None, "controller": None, "tokenizer_active": False}
 
 
 def controller() -> Any:
@@ -32,13 +37,53 @@ def controller() -> Any:
     return _state["controller"]
 
 
-def register_refusal(reason: str) -> None:
-    """Make every scheduler refuse to start with `reason` (the plugin loader swallows
-    exceptions raised in load(), so the refusal travels as a hook that raises)."""
+def _refuse(exc: ConfigError) -> None:
+    """Print the one refusal line (stderr) and raise it."""
+    line = config.refusal_line(exc)
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    raise StartRefused(exc.key, exc.reason) from None
+
+
+def launch_check(server_args: Any) -> None:
+    """In the engine's parent, before any worker starts (every engine start in the process,
+    not only the first): check the configuration, the server's arguments and the policy's
+    shape; refuse with one line; make sure the tokenizer-side metrics hook is in place."""
+    if not config.requested():
+        _state["tokenizer_active"] = False  # an engine without specfsm: leave SGLang's metric
+        return
+    try:
+        cfg = config.resolve()
+        reason = compat.unsupported_reason(server_args)
+        if reason is not None:
+            raise ConfigError("server_args", reason)
+        config.check_policy_shape(cfg.policy, config.server_shape(server_args))
+    except ConfigError as exc:
+        _refuse(exc)
+    _state["tokenizer_active"] = True
+    ensure_tokenizer_side()
+
+
+def register_launch_check() -> None:
+    """Registered by the plugin in every process whether specfsm is requested or not (it
+    returns at once when it is not): SGLang loads plugins once per process, and the engine a
+    process starts later may ask for specfsm."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    def after_check(result: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
+        launch_check(server_args)
+
+    HookRegistry.register(LAUNCH_CHECK_TARGET, after_check, HookType.AFTER)
+
+
+def register_refusal(exc: ConfigError) -> None:
+    """Make every scheduler refuse to start with `exc` (the plugin loader swallows
+    exceptions raised in load(), so the refusal travels as a hook that raises). The engine's
+    parent refuses before that (`launch_check`); this is the fallback."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     def refuse(*args: Any, **kwargs: Any) -> None:
-        raise ConfigError(f"specfsm refused to start: {reason}")
+        _refuse(exc)
 
     HookRegistry.register(
         f"{compat.SURFACES['0.5.23'].scheduler}.__init__", refuse, HookType.BEFORE
@@ -48,7 +93,7 @@ def register_refusal(reason: str) -> None:
 def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
     # accept length = tokens committed per K-wide verify including the bonus, exactly;
     # SGLang's completion_tokens / verify_ct would count PLAIN tokens too.
-    if meta_info.get("spec_verify_ct"):
+    if _state["tokenizer_active"] and meta_info.get("spec_verify_ct"):
         meta_info["spec_accept_length"] = (
             1.0 + meta_info["spec_num_correct_drafts"] / meta_info["spec_verify_ct"]
         )
@@ -78,9 +123,9 @@ def register_tokenizer_side() -> None:
 def ensure_tokenizer_side() -> None:
     """Apply the tokenizer-side hook in THIS process now, if it is not applied yet.
 
-    SGLang's load_plugins() runs once per process; a server runs one engine per process, so the
-    plugin registers it at start-up. A process that started an engine without specfsm first
-    (a test session) gets it here.
+    SGLang's load_plugins() runs once per process; `launch_check` calls this at every engine
+    start that asks for specfsm, so a process that started an engine without specfsm first
+    gets it too (nobody needs to call it by hand).
     """
     from sglang.srt.plugins.hook_registry import HookRegistry
 
@@ -102,23 +147,32 @@ def _keep_int32_candidates() -> bool:
     )
 
 
-def register(cfg: dict[str, Any]) -> None:
+def register(cfg: Config) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     s = compat.surface()
     _state["cfg"] = cfg
+    _state["tokenizer_active"] = True
 
     def check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
-        reason = compat.unsupported_reason(server_args)
-        if reason is not None:
-            raise ConfigError(f"specfsm refused to start: {reason}")
+        # normally refused in the parent already (launch_check); the scheduler checks again
+        try:
+            reason = compat.unsupported_reason(server_args)
+            if reason is not None:
+                raise ConfigError("server_args", reason)
+            config.check_policy_shape(_state["cfg"].policy, config.server_shape(server_args))
+        except ConfigError as exc:
+            _refuse(exc)
 
     def check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         worker = getattr(self, "draft_worker", None)
         if worker is None or getattr(worker, CONTROLLER_ATTR, None) is None:
-            raise ConfigError(
-                "specfsm refused to start: its worker hooks did not run (was EAGLEWorkerV2 "
-                "patched by another plugin first?); refusing to serve without specfsm"
+            _refuse(
+                ConfigError(
+                    "hooks",
+                    "its worker hooks did not run (was EAGLEWorkerV2 patched by another plugin "
+                    "first?); refusing to serve without specfsm",
+                )
             )
 
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:

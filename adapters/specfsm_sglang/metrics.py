@@ -1,5 +1,6 @@
 """Prometheus metrics (only when SGLang's --enable-metrics is on): the current mode,
-transitions by (src, dst), time in each mode. Multiprocess-safe like SGLang's own metrics."""
+transitions by (src, dst), time in each mode, policy faults by policy. Multiprocess-safe like
+SGLang's own metrics."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ class Metrics:
             "seconds spent in each specfsm mode",
             ["tp_rank", "mode"],
         )
+        self.policy_faults = Counter(
+            "specfsm_policy_faults",
+            "policy calls that raised or returned a wrong value (each faulted to PLAIN)",
+            ["tp_rank", "policy"],
+        )
         self._current = Mode.SPECULATING
         self._since = time.monotonic()
         self._set_mode(self._current)
@@ -48,6 +54,9 @@ class Metrics:
         self.transitions.labels(src=rec.src.value, dst=rec.dst.value, **self._labels).inc()
         self._current = rec.dst
         self._set_mode(rec.dst)
+
+    def policy_fault(self, policy: str, n: int = 1) -> None:
+        self.policy_faults.labels(policy=policy, **self._labels).inc(n)
 
 
 def maybe_create(server_args: Any, rank: int) -> Metrics | None:

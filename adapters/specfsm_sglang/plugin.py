@@ -8,7 +8,6 @@ its own function below.
 from __future__ import annotations
 
 import os
-import sys
 
 
 def _enable_cpu_if_requested() -> None:
@@ -25,24 +24,24 @@ def _enable_cpu_if_requested() -> None:
 def _enable_specfsm_if_requested() -> None:
     """specfsm itself, when any of SPECFSM_CONFIG / SPECFSM_CONFIG_JSON / SPECFSM_POLICY is set.
 
-    A refused or broken configuration must never let the server run without specfsm. SGLang's
-    plugin loader only logs an exception raised here, so a failure is turned into a hook that
-    raises in every scheduler's __init__ (the engine's start-up then fails with the reason),
-    and is also printed to stderr at once.
+    A refused configuration must never let the server run without specfsm, and must say why in
+    one line before any SGLang worker starts. The engine's parent checks everything at each
+    engine start (`hooks.launch_check`, registered always: a later engine in the same process
+    may ask for specfsm) and refuses there: ``specfsm: refusing to start: <key>: <reason>``.
+    SGLang's plugin loader only logs an exception raised here, so in the workers a refusal
+    is also registered as a hook that raises in every scheduler's __init__ (the fallback).
     """
-    from specfsm_sglang import config
+    from specfsm_sglang import config, hooks
 
+    hooks.register_launch_check()
     if not config.requested():
         return
-    from specfsm_sglang import hooks
-
     try:
         cfg = config.resolve()
-        hooks.register(cfg)
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        sys.stderr.write(f"specfsm: refusing to start: {reason}\n")
-        hooks.register_refusal(reason)
+    except config.ConfigError as exc:
+        hooks.register_refusal(exc)
+        return
+    hooks.register(cfg)
 
 
 def load() -> None:

@@ -1,14 +1,26 @@
-"""The SGLang plugin's configuration: env layering, policy building, clear refusals."""
+"""The SGLang plugin's configuration: env layering, one schema, one-line refusals."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("specfsm_sglang")
-from specfsm_sglang.config import ConfigError, make_policy, requested, resolve
+from specfsm_sglang.config import (
+    Config,
+    ConfigError,
+    check_policy_shape,
+    make_policy,
+    parse_shorthand,
+    refusal_line,
+    requested,
+    resolve,
+    server_shape,
+)
 
 from specfsm import FixedPolicy, ThresholdPolicy
 
@@ -20,7 +32,7 @@ def test_not_requested_without_variables() -> None:
 
 
 def test_layering(tmp_path: Path) -> None:
-    """File < inline JSON < policy shorthand / SPECFSM_LOG."""
+    """File < inline JSON < policy shorthand / SPECFSM_LOG; the result is a typed Config."""
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"observe_every": 5, "policy": {"name": "fixed", "speculate": True}}))
     env = {
@@ -30,28 +42,95 @@ def test_layering(tmp_path: Path) -> None:
         "SPECFSM_LOG": "-",
     }
     cfg = resolve(env)
-    assert cfg["observe_every"] == 7 and cfg["log"] == "-"
-    assert cfg["policy"] == {"name": "threshold", "high": 32, "low": 8}
-    assert isinstance(make_policy(cfg["policy"]), ThresholdPolicy)
+    assert isinstance(cfg, Config)
+    assert cfg.observe_every == 7 and cfg.log == "-"
+    assert cfg.policy == {"name": "threshold", "high": 32, "low": 8}
+    assert isinstance(make_policy(cfg.policy), ThresholdPolicy)
+    assert resolve({"SPECFSM_POLICY": "fixed:speculate=false"}).max_policy_faults == 3
 
 
 @pytest.mark.parametrize(
-    ("env", "match"),
+    ("env", "line"),
     [
-        ({"SPECFSM_CONFIG_JSON": '{"polcy": 1}'}, "unknown configuration keys"),
-        ({"SPECFSM_CONFIG_JSON": "{not json"}, "cannot read configuration"),
-        ({"SPECFSM_CONFIG": "/nonexistent/specfsm.json"}, "cannot read configuration"),
-        ({"SPECFSM_POLICY": "threshold:high=4,low=8"}, "need low < high"),
-        ({"SPECFSM_POLICY": "warp:speed=9"}, "unknown policy"),
-        ({"SPECFSM_CONFIG_JSON": '{"initial_mode": "DRAINING"}'}, "initial_mode"),
-        ({"SPECFSM_CONFIG_JSON": '{"contracts_every": 0}'}, "contracts_every"),
-        ({"SPECFSM_POLICY": "goodput:accept_len=2.5"}, "shape"),
+        (
+            {"SPECFSM_CONFIG_JSON": '{"observe_seconds": "soon"}'},
+            "observe_seconds: expected a number >= 0, got 'soon'",
+        ),
+        ({"SPECFSM_CONFIG_JSON": '{"log": 5}'}, 'log: expected a file path (string), "-"'),
+        (
+            {"SPECFSM_POLICY": "threshold:high=abc"},
+            "policy.high: expected an integer >= 1, got 'abc' "
+            "(from SPECFSM_POLICY='threshold:high=abc')",
+        ),
+        (
+            {
+                "SPECFSM_CONFIG_JSON": '{"policy": {"name": "threshold", "high": 8, "low": 2, '
+                '"debounce": "2"}}'
+            },
+            "policy.debounce: expected an integer >= 1, got '2'",
+        ),
+        (
+            {"SPECFSM_CONFIG_JSON": '{"contracts_every": true}'},
+            "contracts_every: expected an integer >= 1, got True",
+        ),
+        ({"SPECFSM_CONFIG_JSON": '{"polcy": 1}'}, "polcy: unknown configuration keys ['polcy']"),
+        ({"SPECFSM_CONFIG_JSON": "{not json"}, "SPECFSM_CONFIG_JSON: cannot read configuration"),
+        ({"SPECFSM_CONFIG_JSON": "[1, 2]"}, "SPECFSM_CONFIG_JSON: expected a JSON object"),
+        ({"SPECFSM_CONFIG": "/nonexistent/specfsm.json"}, "SPECFSM_CONFIG: cannot read"),
+        ({"SPECFSM_POLICY": "threshold:high=4,low=8"}, "policy: ThresholdPolicy: need low < high"),
+        ({"SPECFSM_POLICY": "warp:speed=9"}, "policy.name: unknown policy 'warp'"),
+        ({"SPECFSM_POLICY": "threshold:high"}, "SPECFSM_POLICY: expected key=value"),
+        ({"SPECFSM_CONFIG_JSON": '{"initial_mode": "DRAINING"}'}, "initial_mode: expected"),
+        ({"SPECFSM_CONFIG_JSON": '{"contracts_every": 0}'}, "contracts_every: expected"),
+        ({"SPECFSM_CONFIG_JSON": '{"max_policy_faults": 0}'}, "max_policy_faults: expected"),
+        ({"SPECFSM_CONFIG_JSON": '{"control_file": 3}'}, "control_file: expected a path"),
+        ({"SPECFSM_POLICY": "goodput:accept_len=2.5"}, "policy: goodput policy: 'shape'"),
+        ({"SPECFSM_POLICY": "fixed:speculate=1"}, "policy.speculate: expected true or false"),
+        ({"SPECFSM_POLICY": "every:k=0"}, "policy.k: expected an integer >= 1, got 0"),
+        ({"SPECFSM_POLICY": "random:p=2"}, "policy.p: expected a number in [0, 1], got 2"),
+        ({"SPECFSM_POLICY": "threshold:high=9,low=1,x=1"}, "policy.x: unknown configuration"),
     ],
 )
-def test_refusals_are_clear(env: dict[str, str], match: str) -> None:
-    """Every broken configuration is a ConfigError that names the problem."""
-    with pytest.raises(ConfigError, match=match):
+def test_refusals_name_key_and_allowed_values(env: dict[str, str], line: str) -> None:
+    """Every broken value is one ConfigError line naming the key and what it allows."""
+    with pytest.raises(ConfigError) as info:
         resolve(env)
+    text = refusal_line(info.value)
+    assert "\n" not in text and text.startswith("specfsm: refusing to start: ")
+    assert line in text
+    assert "JSONDecodeError" not in text and "not supported between" not in text
+
+
+def test_log_directory_created_or_refused(tmp_path: Path) -> None:
+    """A missing log directory is created; one that cannot be created or written is refused."""
+    path = tmp_path / "new" / "deeper" / "log-{rank}.jsonl"
+    resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": str(path)})
+    assert (tmp_path / "new" / "deeper").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="log: cannot create directory"):
+        resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": f"{blocker}/x.jsonl"})
+    with pytest.raises(ConfigError, match="only \\{rank\\} is replaced"):
+        resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": f"{tmp_path}/{{x}}"})
+    with pytest.raises(ConfigError, match="is a directory"):
+        resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": str(tmp_path)})
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        with pytest.raises(ConfigError, match="not writable"):
+            resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": f"{ro}/x.jsonl"})
+
+
+def test_shorthand_keeps_plugin_paths() -> None:
+    """A dotted plugin path keeps its ':' in the shorthand; bare words stay strings."""
+    assert parse_shorthand("mypkg.mod:Cls:k=1,s=abc") == {
+        "name": "mypkg.mod:Cls",
+        "k": 1,
+        "s": "abc",
+    }
+    assert parse_shorthand("mypkg.mod:Cls") == {"name": "mypkg.mod:Cls"}
+    assert parse_shorthand("threshold:high=32,low=8")["high"] == 32
 
 
 def test_policies_from_json() -> None:
@@ -73,3 +152,62 @@ def test_policies_from_json() -> None:
         }
     )
     assert goodput.describe()
+
+
+class Plugged:
+    """A plugin policy (dotted path from the config)."""
+
+    def __init__(self, speculate: bool = True) -> None:
+        self.inner = FixedPolicy(speculate)
+        self.last_reason = ""
+
+    def decide(self, mode, obs):  # type: ignore[no-untyped-def]
+        return self.inner.decide(mode, obs)
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": "plugged"}
+
+
+def test_plugin_policy_by_dotted_path_and_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """{"name": "module:Class", ...kwargs} builds a plugin policy; an entry point in group
+    specfsm.policies too; wrong kwargs, missing members and bad paths are one-line refusals."""
+    p = make_policy({"name": f"{__name__}:Plugged", "speculate": False})
+    assert isinstance(p, Plugged) and p.inner.speculate is False
+    with pytest.raises(ConfigError, match=r"^policy: .*Plugged\(\*\*\{'nope': 1\}\) failed"):
+        make_policy({"name": f"{__name__}:Plugged", "nope": 1})
+    with pytest.raises(ConfigError, match=r"policy: policy .* lacks decide, describe, last_reason"):
+        make_policy({"name": "collections:OrderedDict"})
+    with pytest.raises(ConfigError, match=r"policy\.name: policy 'no_such_mod:X': cannot import"):
+        make_policy({"name": "no_such_mod:X"})
+
+    import importlib.metadata as md
+
+    ep = md.EntryPoint("plugged", f"{__name__}:Plugged", "specfsm.policies")
+    real = md.entry_points
+
+    def fake(**kw: object) -> object:
+        if kw.get("group") == "specfsm.policies":
+            return md.EntryPoints([ep])
+        return real(**kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(md, "entry_points", fake)
+    assert isinstance(make_policy({"name": "plugged"}), Plugged)
+
+
+def test_goodput_shape_checked_against_server() -> None:
+    """A goodput policy priced for chain3 is refused on a tree server, naming both shapes."""
+    spec = {"name": "goodput", "shape": "chain3", "accept_len": 2.5}
+    chain = SimpleNamespace(
+        speculative_eagle_topk=1, speculative_num_steps=3, speculative_num_draft_tokens=4
+    )
+    tree = SimpleNamespace(
+        speculative_eagle_topk=4, speculative_num_steps=2, speculative_num_draft_tokens=8
+    )
+    check_policy_shape(spec, server_shape(chain))
+    with pytest.raises(ConfigError) as info:
+        check_policy_shape(spec, server_shape(tree))
+    text = str(info.value)
+    assert text.startswith("policy.shape: ")
+    assert "chain3 (topk 1, 3 steps, 4 draft tokens)" in text
+    assert "tree (topk 4, 2 steps, 8 draft tokens)" in text
+    check_policy_shape({"name": "threshold", "high": 9, "low": 1}, server_shape(tree))

@@ -1,0 +1,149 @@
+"""The control file: read only when a changed regular file under the size limit; its content
+checked with the config's schema; every refusal logged as one specfsm.config line."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("specfsm_sglang")
+from specfsm_sglang.config import MAX_CONTROL_BYTES, resolve
+from specfsm_sglang.controller import Controller
+
+from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM, ThresholdPolicy
+from specfsm.testing import RecordingActions, capturing_log
+
+
+def controller(path: Path | str) -> tuple[Controller, list[Any]]:
+    """A Controller with only what the control path uses (no SGLang worker)."""
+    ctl = Controller.__new__(Controller)
+    log, lines = capturing_log()
+    ctl.control_file = str(path)
+    ctl._control_sig = None
+    ctl.rank = 0
+    ctl.tp_group = None
+    ctl.log = log
+    ctl.cfg = resolve({"SPECFSM_POLICY": "threshold:high=9,low=2"})
+    ctl.topk, ctl.spec_steps, ctl.spec_tokens = 1, 3, 4
+    ctl.fsm = SpecFSM(FixedPolicy(True), RecordingActions(), log=log)
+    return ctl, lines
+
+
+def refusals(lines: list[Any]) -> list[str]:
+    return [x["reason"] for x in lines if x.get("control") == "refused"]
+
+
+def timed_poll(ctl: Controller) -> float:
+    t0 = time.perf_counter()
+    ctl._poll_control()
+    return time.perf_counter() - t0
+
+
+def test_fifo_without_writer_is_refused_not_opened(tmp_path: Path) -> None:
+    """A FIFO with no writer (open() would block forever) is refused in one line, at once."""
+    fifo = tmp_path / "control.json"
+    os.mkfifo(fifo)
+    ctl, lines = controller(fifo)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (ctl._poll_control(), done.set()), daemon=True)
+    worker.start()
+    assert done.wait(2.0), "the poll blocked on the FIFO"
+    for _ in range(5):
+        assert timed_poll(ctl) < 0.01
+    (reason,) = refusals(lines)
+    assert "is a FIFO (named pipe), not a regular file; it is not opened" in reason
+
+
+@pytest.mark.parametrize("kind", ["directory", "device", "oversized", "not-json"])
+def test_other_refusals(tmp_path: Path, kind: str) -> None:
+    """A directory, a device, an oversized file and non-JSON text: one refusal line each."""
+    path: Path | str = tmp_path / "control.json"
+    if kind == "directory":
+        Path(path).mkdir()
+        want = "is a directory"
+    elif kind == "device":
+        path = "/dev/null"
+        want = "is a character device"
+    elif kind == "oversized":
+        Path(path).write_text(" " * (MAX_CONTROL_BYTES + 1))
+        want = f"more than the limit of {MAX_CONTROL_BYTES}"
+    else:
+        Path(path).write_text("{pin: PLAIN}")
+        want = "is not JSON"
+    ctl, lines = controller(path)
+    for _ in range(3):
+        ctl._poll_control()
+    assert len(refusals(lines)) == 1 and want in refusals(lines)[0]
+    assert ctl.fsm.policy.describe() == {"policy": "fixed", "speculate": True}
+
+
+def test_read_only_when_changed(tmp_path: Path) -> None:
+    """A regular file is applied once per change (mtime, size, inode), not once per poll."""
+    path = tmp_path / "control.json"
+    ctl, lines = controller(path)
+    ctl._poll_control()  # absent: nothing
+    path.write_text(json.dumps({"pin": "PLAIN"}))
+    for _ in range(3):
+        ctl._poll_control()
+    applied = [x for x in lines if x.get("control") == "applied"]
+    assert len(applied) == 1 and isinstance(ctl.fsm.policy, FixedPolicy)
+    assert ctl.fsm.policy.speculate is False
+    tmp = tmp_path / "new.json"
+    tmp.write_text(json.dumps({"pin": None}))
+    os.replace(tmp, path)
+    ctl._poll_control()
+    assert isinstance(ctl.fsm.policy, ThresholdPolicy)  # unpinned: the configured policy
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ([1, 2], "control: expected a JSON object"),
+        (3, "control: expected a JSON object"),
+        ("PLAIN", "control: expected a JSON object"),
+        (None, 'control: expected a JSON object ({"pin"'),
+        ({}, "control: empty"),
+        ({"pin": "PLAIN", "policy": {"name": "fixed", "speculate": True}}, "not both"),
+        ({"pin": "DRAINING"}, 'control.pin: expected "SPECULATING" or "PLAIN"'),
+        ({"pin": "PLAIN", "note": "x"}, "control.note: unknown configuration keys ['note']"),
+        ({"policy": {"name": "threshold", "high": "9", "low": 1}}, "control.policy.high"),
+        (
+            {"policy": {"name": "goodput", "shape": "tree", "accept_len": 2.0}},
+            "control.policy.shape: the goodput policy is priced for tree",
+        ),
+    ],
+)
+def test_content_checked_with_the_schema(content: Any, reason: str) -> None:
+    """Lists, numbers, strings, null, both pin and policy, unknown fields, bad values and a
+    goodput policy of another shape are refused (logged), and the policy is unchanged."""
+    ctl, lines = controller("/nonexistent")
+    ctl.apply_control(content)
+    (got,) = refusals(lines)
+    assert reason in got
+    (line,) = [x for x in lines if x.get("control") == "refused"]
+    assert line["request"] == content and line["event"] == "specfsm.config"
+    assert ctl.fsm.policy.describe() == {"policy": "fixed", "speculate": True}
+
+
+def test_swap_policy_back_after_replacement() -> None:
+    """After faults replaced the policy by fixed PLAIN, the operator swaps one back in."""
+
+    class Raises(FixedPolicy):
+        def decide(self, mode: Mode, obs: Observation) -> Event | None:
+            raise RuntimeError("boom")
+
+    ctl, lines = controller("/nonexistent")
+    ctl.fsm.policy = Raises(True)
+    for i in range(3):
+        ctl.fsm.step(Observation(iteration=i, decode_bs=1))
+    assert ctl.fsm.mode is Mode.PLAIN and ctl.fsm.policy.describe()["speculate"] is False
+    ctl.apply_control({"policy": {"name": "fixed", "speculate": True}})
+    assert [x["control"] for x in lines if "control" in x] == ["applied"]
+    ctl.fsm.step(Observation(iteration=3, decode_bs=1))
+    assert ctl.fsm.mode is Mode.RESYNCING
