@@ -30,6 +30,8 @@ class PhaseResult:
     tokens: int = 0
     seconds: float = 0.0
     accept_lengths: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    wall: tuple[float, float] = (0.0, 0.0)  # epoch seconds: which log lines belong here
 
     @property
     def tokens_per_s(self) -> float:
@@ -84,6 +86,7 @@ async def _run_phase(engine: Any, result: PhaseResult, max_new_tokens: int, seed
     done = [0] * len(prompts)
     bar = ProgressBar(f"{result.name} x{result.requests}", len(prompts) * max_new_tokens)
     metas: list[dict[str, Any]] = [{} for _ in prompts]
+    chunks: list[list[list[int]]] = [[] for _ in prompts]
 
     async def one(i: int, ids: list[int]) -> None:
         stream = await engine.async_generate(
@@ -93,15 +96,23 @@ async def _run_phase(engine: Any, result: PhaseResult, max_new_tokens: int, seed
             meta = chunk.get("meta_info", {})
             done[i] = int(meta.get("completion_tokens", done[i]))
             metas[i] = meta
+            chunks[i].append(list(chunk.get("output_ids") or []))
             bar.update(sum(done))
 
     t0 = time.perf_counter()
+    w0 = time.time()
     try:
         await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
     finally:
         result.seconds = time.perf_counter() - t0
+        result.wall = (w0, time.time())
         result.tokens = sum(done)
         bar.close()
+    # a stream's chunks carry either the whole output so far or the new tokens only
+    for i, parts in enumerate(chunks):
+        last = parts[-1] if parts else []
+        whole = last if len(last) == done[i] else [t for part in parts for t in part]
+        result.outputs.append(whole)
     result.accept_lengths = [
         float(m["spec_accept_length"]) for m in metas if "spec_accept_length" in m
     ]
@@ -122,7 +133,7 @@ def report(results: list[PhaseResult], out: TextIO = sys.stdout) -> None:
     out.flush()
 
 
-GLYPH = {"SPECULATING": "S", "DRAINING": "d", "PLAIN": ".", "RESYNCING": "r"}
+GLYPH = {"SPECULATING": "S", "DRAINING": "d", "PLAIN": "p", "RESYNCING": "r"}
 
 
 def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
@@ -140,11 +151,10 @@ def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
     if obs:
         modes = "".join(GLYPH.get(x["mode"], "?") for x in obs)
         peak = max(1, max(x["bs"] for x in obs))
-        bars = " .:-=+*#%@"
-        load = "".join(bars[min(9, round(9 * x["bs"] / peak))] for x in obs)
+        load = "".join(str(min(9, round(9 * x["bs"] / peak))) for x in obs)
         out.write(
-            f"\nmode per decode step (S speculating, d draining, . plain, r resyncing); "
-            f"load row: batch size 0..{peak}\n"
+            f"\nmode per decode step (S speculating, d draining, p plain, r resyncing); "
+            f"load row: batch size as a digit, 0 = idle .. 9 = {peak} requests\n"
         )
         for i in range(0, len(modes), width):
             out.write(f"  step {i + 1:5d} mode {modes[i : i + width]}\n")
@@ -201,11 +211,116 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="specfsm policy shorthand (SPECFSM_POLICY syntax)",
     )
     p.add_argument("--no-specfsm", action="store_true", help="run without the specfsm plugin")
+    p.add_argument(
+        "--draft",
+        default="agree",
+        choices=["agree", "agree-mid", "random"],
+        help="agree (default): an EAGLE draft that agrees with its target on every token; "
+        "agree-mid: on ~0.6 of tokens; random: random EAGLE-3 weights (accepts ~nothing)",
+    )
+    p.add_argument(
+        "--no-reference", action="store_true", help="skip the engine without speculation"
+    )
+    p.add_argument("--no-h200", action="store_true", help="skip the measured H200 part")
+    p.add_argument(
+        "--plot",
+        default="out/demo_h200.png",
+        help="PNG of the measured H200 sweep ('' for none; needs the sim extra)",
+    )
     args = p.parse_args(argv)
     if not args.ramp:
         raise UsageError("argument --ramp: no phases (expected e.g. 2,16,2)")
     check_policy(args.policy)
     return args
+
+
+def _run_ramp(
+    engine: Any, counts: list[int], names: list[str], max_new_tokens: int
+) -> list[PhaseResult]:
+    # Warm-up (not reported): the first batches of each shape are slower.
+    engine.generate(input_ids=_prompts(2, 99), sampling_params={"max_new_tokens": 8})
+    results: list[PhaseResult] = []
+    for k, (n, name) in enumerate(zip(counts, names, strict=True)):
+        result = PhaseResult(name, n)
+        results.append(result)
+        engine.loop.run_until_complete(_run_phase(engine, result, max_new_tokens, k))
+    return results
+
+
+def compare(
+    reference: list[PhaseResult], spec: list[PhaseResult], log_path: str, out: TextIO = sys.stdout
+) -> None:
+    """Per phase: no speculation vs specfsm, the modes specfsm used, greedy equality; then what
+    this CPU can and cannot show."""
+    modes_by_phase = _modes_by_phase(log_path, spec)
+    out.write(
+        f"\n{'phase':<6} {'requests':>8} {'no-spec tok/s':>13} {'specfsm tok/s':>13} "
+        f"{'ratio':>6} {'accept len':>10} {'modes used':<22} {'outputs':<8}\n"
+    )
+    equal_all = 0
+    total = 0
+    for i, (r, s) in enumerate(zip(reference, spec, strict=True)):
+        same = sum(a == b for a, b in zip(r.outputs, s.outputs, strict=True))
+        equal_all += same
+        total += len(r.outputs)
+        acc = "-" if s.accept_length is None else f"{s.accept_length:.2f}"
+        ratio = s.tokens_per_s / r.tokens_per_s if r.tokens_per_s else 0.0
+        out.write(
+            f"{s.name:<6} {s.requests:>8} {r.tokens_per_s:>13.1f} {s.tokens_per_s:>13.1f} "
+            f"{ratio:>6.2f} {acc:>10} {modes_by_phase[i]:<22} {same}/{len(r.outputs)} equal\n"
+        )
+    out.write(
+        f"\ngreedy outputs: {equal_all}/{total} sequences token-identical to the engine without "
+        "speculation (fp32 CPU), under specfsm's switching.\n"
+    )
+    few = [(r, s) for r, s in zip(reference, spec, strict=True) if s.name == "few"]
+    if few:
+        r, s = few[0]
+        if s.tokens_per_s < r.tokens_per_s:
+            out.write(
+                f"On this CPU speculation does not pay even at {s.requests} requests "
+                f"({s.tokens_per_s:.0f} vs {r.tokens_per_s:.0f} tok/s without): SGLang's CPU\n"
+                "speculation path is host-bound (torch_native attention, per-step Python work on "
+                "a tiny model),\nso the GPU's shape (speculation wins at low load, loses at "
+                "high load) cannot be shown here.\nThis demo shows the mechanism and its "
+                "correctness on CPU; the benefit comes from the H200 below.\n"
+            )
+        else:
+            out.write(
+                f"On this CPU speculation pays at {s.requests} requests ({s.tokens_per_s:.0f} vs "
+                f"{r.tokens_per_s:.0f} tok/s without).\n"
+            )
+    out.flush()
+
+
+def _modes_by_phase(log_path: str, phases: list[PhaseResult]) -> list[str]:
+    """The modes the specfsm observation lines saw during each phase (by their timestamps)."""
+    if not log_path:
+        return ["-"] * len(phases)
+    try:
+        with open(log_path) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+    except OSError:
+        return ["?"] * len(phases)
+    obs = [x for x in lines if x.get("event") == "specfsm.observation"]
+    out = []
+    for ph in phases:
+        seen: list[str] = []
+        for x in obs:
+            if ph.wall[0] <= float(x.get("ts", 0.0)) <= ph.wall[1] and x["mode"] not in seen:
+                seen.append(x["mode"])
+        out.append(",".join(m[:4] for m in seen) or "-")
+    return out
+
+
+WHY_ACCEPT = {
+    "agree": "the test bed's draft agrees with its target by construction (a bigram target whose "
+    "layers add nothing; an EAGLE draft that passes the token's embedding through: "
+    "benchmarks/gpu/agree_weights.py), so every draft token is accepted: 4 tokens per verify",
+    "agree-mid": "the draft sees the token's embedding through a 12-of-128-dimension projection, "
+    "so it agrees with the target on ~0.6 of tokens",
+    "random": "the draft's weights are random, so almost no draft token is accepted (~1.0)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,18 +337,33 @@ def main(argv: list[str] | None = None) -> int:
             f"needs SGLang 0.5.23 and a CPU torch (the test bed: ./dev demo): {exc}"
         ) from None
 
-    spec = None if args.spec == "none" else args.spec
+    agree = {"agree": "full", "agree-mid": "mid", "random": None}[args.draft]
+    spec = "EAGLE" if agree else (None if args.spec == "none" else args.spec)
+    target = "agree" if agree else "llama"
     print(
-        f"specfsm demo: real SGLang on CPU, tiny Llama target, draft={spec or 'none'}, "
-        f"{'tree' if args.tree else 'chain'}, overlap {'on' if args.overlap else 'off'}"
+        "specfsm demo: real SGLang 0.5.23 on CPU, tiny Llama-shaped target; first without "
+        "speculation,\nthen with speculation under specfsm (draft "
+        f"{spec or 'none'} '{args.draft}', {'tree' if args.tree else 'chain'}, overlap "
+        f"{'on' if args.overlap else 'off'}), the same load ramp {counts} on both."
     )
+    if spec:
+        print(f"accept length: {WHY_ACCEPT[args.draft]}.")
     engine = None
+    reference: list[PhaseResult] = []
     results: list[PhaseResult] = []
     log_path = ""
     use_fsm = spec in ("EAGLE3", "EAGLE") and not args.no_specfsm
     try:
+        if not args.no_reference:
+            t0 = time.perf_counter()
+            print("\n[1/3] engine WITHOUT speculation ...", flush=True)
+            engine = make_engine(target=target, max_running_requests=max([*counts, 8]))
+            print(f"engine up in {time.perf_counter() - t0:.1f}s", flush=True)
+            reference = _run_ramp(engine, counts, names, args.max_new_tokens)
+            engine.shutdown()
+            engine = None
         t0 = time.perf_counter()
-        print("starting engine ...", flush=True)
+        print("\n[2/3] engine WITH speculation under specfsm ...", flush=True)
         if use_fsm:
             import os
             import tempfile
@@ -243,21 +373,39 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["SPECFSM_CONFIG_JSON"] = json.dumps({"log": log_path, "observe_every": 1})
             print(f"specfsm on: policy {args.policy}; log {log_path}", flush=True)
         engine = make_engine(
+            target=target,
             spec=spec,
             tree=args.tree and spec is not None,
             overlap=args.overlap,
+            agree=agree,
             max_running_requests=max([*counts, 8]),
         )
-        print(f"engine up in {time.perf_counter() - t0:.1f}s; load ramp {counts}", flush=True)
-        # Warm-up (not reported): the first batches of each shape are slower.
-        engine.generate(input_ids=_prompts(2, 99), sampling_params={"max_new_tokens": 8})
-        for k, (n, name) in enumerate(zip(counts, names, strict=True)):
-            result = PhaseResult(name, n)
-            results.append(result)
-            engine.loop.run_until_complete(_run_phase(engine, result, args.max_new_tokens, k))
+        if use_fsm:
+            from specfsm_sglang import hooks
+
+            ensure = getattr(hooks, "ensure_tokenizer_side", None)
+            if ensure is not None:  # this process started an engine without specfsm first
+                ensure()
+        print(f"engine up in {time.perf_counter() - t0:.1f}s", flush=True)
+        results = _run_ramp(engine, counts, names, args.max_new_tokens)
+        engine.shutdown()
+        engine = None
         report(results)
         if log_path:
             timeline(log_path)
+        if reference:
+            compare(reference, results, log_path)
+        if not args.no_h200:
+            from specfsm_sglang import demo_h200
+
+            print("\n[3/3] what this buys on a GPU (measured on an H200, not here)")
+            levels = demo_h200.load_levels()
+            demo_h200.report(levels)
+            if args.plot:
+                import os
+
+                os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+                demo_h200.plot(levels, args.plot)
         return 0
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted: shutting the engine down\n")
