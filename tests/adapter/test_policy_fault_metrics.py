@@ -1,0 +1,53 @@
+"""Policy faults reach the controller's counters and the Prometheus counter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+pytest.importorskip("specfsm_sglang")
+from prometheus_client import REGISTRY
+from specfsm_sglang import metrics
+from specfsm_sglang.controller import Controller
+
+from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM
+from specfsm.testing import RecordingActions, capturing_log
+
+
+class Raises(FixedPolicy):
+    """Raises on every decide."""
+
+    def decide(self, mode: Mode, obs: Observation) -> Event | None:
+        raise RuntimeError("boom")
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": "raises"}
+
+
+def test_policy_faults_counted_in_prometheus() -> None:
+    """Each fault increments specfsm_policy_faults_total{policy} once, through the controller's
+    transition listener (no per-iteration work), and the counters' policy_faults."""
+    ctl: Any = Controller.__new__(Controller)
+    log, _ = capturing_log()
+    ctl.fsm = SpecFSM(Raises(True), RecordingActions(), log=log, max_policy_faults=2)
+    ctl.fsm.listeners.append(ctl._on_transition)
+    ctl.counters = {"transitions": {}, "policy_faults": 0}
+    ctl._policy_faults_seen = 0
+    ctl.test_dir = None
+    ctl.metrics = metrics.Metrics(rank=7)
+
+    def value(policy: str) -> float:
+        v = REGISTRY.get_sample_value(
+            "specfsm_policy_faults_total", {"tp_rank": "7", "policy": policy}
+        )
+        return v or 0.0
+
+    for i in range(4):
+        ctl.fsm.step(Observation(iteration=i, decode_bs=1))
+    assert value("raises") == 2.0 and ctl.counters["policy_faults"] == 2
+    assert ctl.counters["transitions"] == {"SPECULATING->PLAIN": 1, "PLAIN->PLAIN": 1}
+    ctl.fsm.policy = Raises(True)
+    ctl.fsm.step(Observation(iteration=9, decode_bs=1))
+    assert value("raises") == 3.0 and ctl.counters["policy_faults"] == 3
