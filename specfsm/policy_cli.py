@@ -506,41 +506,16 @@ def plot_timeline(path: str, results: Sequence[RunResult], title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {
-        "SPECULATING": "tab:green",
-        "DRAINING": "tab:orange",
-        "PLAIN": "tab:blue",
-        "RESYNCING": "tab:red",
-    }
+    from specfsm.timeline_plot import draw_mode_timeline, spans_from_samples
+
     fig, axes = plt.subplots(len(results), 1, figsize=(8, 1.9 * len(results)), sharex=True)
     if len(results) == 1:
         axes = [axes]
     for ax, r in zip(axes, results, strict=True):
         tl = r.timeline or []
-        ts = [x[0] for x in tl]
-        # the mode as shaded spans behind the decode batch size
-        seen: set[str] = set()
-        i = 0
-        while i < len(tl):
-            j = i
-            while j + 1 < len(tl) and tl[j + 1][2] == tl[i][2]:
-                j += 1
-            m = tl[i][2]
-            t0 = tl[i - 1][0] if i > 0 else 0.0
-            ax.axvspan(
-                t0,
-                tl[j][0],
-                color=colors.get(m, "grey"),
-                alpha=0.25 if m in ("SPECULATING", "PLAIN") else 0.8,
-                lw=0,
-                label=m if m not in seen else None,
-            )
-            seen.add(m)
-            i = j + 1
-        ax.plot(ts, [x[1] for x in tl], color="black", lw=0.6, label="decode bs")
-        ax.set_ylabel("bs", fontsize=8)
+        spans = spans_from_samples([(t, m) for t, _, m in tl])
+        draw_mode_timeline(ax, spans, [x[0] for x in tl], [x[1] for x in tl])
         ax.set_title(f"{r.policy}: {r.switches} switches", fontsize=8)
-        ax.legend(fontsize=6, loc="upper left", ncol=5, framealpha=0.9)
     axes[-1].set_xlabel("simulated time (s)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -19,7 +19,6 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 import attrs
@@ -144,7 +143,7 @@ class LogSet:
 def _open(path: str) -> tuple[str, IO[str]]:
     if path == "-":
         return "<stdin>", sys.stdin
-    return path, open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+    return path, open(path, encoding="utf-8", errors="replace")
 
 
 def _int(value: object) -> bool:
@@ -172,9 +171,8 @@ def _check(event: str, obj: dict[str, Any]) -> str | None:
             )
         if not isinstance(obj.get("reason", ""), str):
             return f"{event}: 'reason' must be a string"
-    elif event == OBSERVATION:
-        if obj.get("mode") not in _MODES:
-            return f"{event}: 'mode' is not a mode: {obj.get('mode')!r}"
+    elif event == OBSERVATION and obj.get("mode") not in _MODES:
+        return f"{event}: 'mode' is not a mode: {obj.get('mode')!r}"
     if event in (TRANSITION, OBSERVATION):
         if "bs" in obj and not _int(obj["bs"]):
             return f"{event}: 'bs' must be an integer, got {obj['bs']!r}"
@@ -198,7 +196,7 @@ def read_stream(name: str, stream: Iterable[str], out: LogSet) -> None:
             continue
         try:
             obj = json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             what = "truncated" if not raw.endswith("\n") else "not JSON"
             pending = (no, f"{what}: {exc.msg} at column {exc.colno}: {text[:60]!r}")
             continue

@@ -288,8 +288,8 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
     lines.append(f"  shortest dwell: {_dwell_text(st.shortest)}")
     rows = sorted(st.transitions.items(), key=lambda x: (-x[1], x[0]))
     lines.append(f"  transitions: {sum(st.transitions.values())} ({len(rows)} kinds)")
-    for (s, d, e, r), n in rows[:max_rows]:
-        lines.append(f"    {n:6d}  {s}->{d} {e}: {r}")
+    for (src, dst, trig, why), n in rows[:max_rows]:
+        lines.append(f"    {n:6d}  {src}->{dst} {trig}: {why}")
     if len(rows) > max_rows:
         rest = sum(n for _, n in rows[max_rows:])
         lines.append(f"    {rest:6d}  ... {len(rows) - max_rows} more kinds (--all to list)")
