@@ -24,6 +24,8 @@ _DELEGATED: dict[str, tuple[str, str, str]] = {
     ),
     "tune": ("specfsm.policy_cli", "tune_main", "crossover and ThresholdPolicy from a cost table"),
     "sim": ("specfsm.policy_cli", "sim_main", "serving simulator: policies side by side"),
+    "logs": ("specfsm.logtools.cli", "logs_main", "transition logs: summary, timeline, replay"),
+    "bundle": ("specfsm.logtools.cli", "bundle_main", "config, versions, log tail: bug report"),
 }
 
 
