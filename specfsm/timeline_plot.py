@@ -46,10 +46,12 @@ def draw_mode_timeline(
     transitions: Sequence[tuple[float, str]] = (),
     y_band: tuple[Sequence[float], Sequence[float]] | None = None,
     legend: bool = True,
+    **plot_kw: Any,
 ) -> None:
     """Mode bands (one collection per mode, so 100k spans stay cheap) behind the series `y`
     over `x`; `y_band` = (low, high) draws a min..max envelope (downsampled series);
-    `transitions` = (x, destination mode): every one a tick at the bottom, none dropped."""
+    `transitions` = (x, destination mode): every one a tick at the bottom, none dropped;
+    `plot_kw` go to the series' `ax.plot` (e.g. drawstyle, marker)."""
     by_mode: dict[str, list[tuple[float, float]]] = {}
     for x0, x1, mode in spans:
         by_mode.setdefault(mode, []).append((x0, max(x1 - x0, 0.0)))
@@ -67,15 +69,15 @@ def draw_mode_timeline(
             )
     if y_band is not None:
         ax.fill_between(x, y_band[0], y_band[1], color="black", alpha=0.2, lw=0)
-    ax.plot(x, y, color="black", lw=0.6, label=series_label)
+    ax.plot(x, y, color="black", lw=0.6, label=series_label, **plot_kw)
     if transitions:
         ax.vlines(
             [t for t, _ in transitions],
             0,
-            0.07,
+            0.12,
             transform=trans,
             colors=[MODE_COLORS.get(m, "grey") for _, m in transitions],
-            lw=0.8,
+            lw=1.0,
             label=f"transitions ({len(transitions)})",
         )
     ax.set_ylabel(ylabel, fontsize=8)

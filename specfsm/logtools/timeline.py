@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -105,7 +107,8 @@ def plot(
         squeeze=False,
         gridspec_kw={"height_ratios": [3, 2] * len(panels)},
     )
-    for k, (eng, rank, run) in enumerate(panels):
+    for k, (eng_name, rank, run) in enumerate(panels):
+        eng = " + ".join(Path(p).name for p in eng_name.split(" + "))
         ax_bs, ax_acc = axes[2 * k][0], axes[2 * k + 1][0]
         t0 = run.first_ts or 0.0
 
@@ -123,7 +126,11 @@ def plot(
         bs = downsample(xs, [float(r.data.get("bs", math.nan)) for r in recs], max_points)
         acc = downsample(xs, [accept_len(r) for r in recs], max_points)
         band = (bs.lo, bs.hi) if bs.lo is not None and bs.hi is not None else None
-        draw_mode_timeline(ax_bs, spans, bs.x, bs.y, transitions=marks, y_band=band)
+        # a sample holds until the next one; sparse samples get a dot each
+        dots: dict[str, Any] = {"marker": "o", "ms": 2} if len(bs.x) < 300 else {}
+        draw_mode_timeline(
+            ax_bs, spans, bs.x, bs.y, transitions=marks, y_band=band, drawstyle="steps-post", **dots
+        )
         aband = (acc.lo, acc.hi) if acc.lo is not None and acc.hi is not None else None
         draw_mode_timeline(
             ax_acc,
@@ -134,6 +141,7 @@ def plot(
             series_label="accept length (SPECULATING samples)",
             y_band=aband,
             legend=False,
+            **dots,
         )
         ax_acc.sharex(ax_bs)
         ds = f", downsampled to {len(bs.x)} buckets" if bs.lo is not None else ""
