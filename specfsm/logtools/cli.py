@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -15,7 +16,7 @@ from specfsm.logtools.reader import LogSet, read_logs
 DEFAULT_TABLE = "h200_sglang0517_llama8b"
 
 
-def _read(paths: Sequence[str], lenient: bool = True) -> LogSet:
+def _read(paths: Sequence[str], lenient: bool = True, warn: bool = True) -> LogSet:
     if list(paths).count("-") > 1:
         raise UsageError("LOG: stdin ('-') given more than once")
     try:
@@ -29,7 +30,7 @@ def _read(paths: Sequence[str], lenient: bool = True) -> LogSet:
             f"{logs.problems[0]} ({len(logs.problems)} malformed line(s); --lenient skips them, "
             "'specfsm logs summary' lists them)"
         )
-    if logs.problems:
+    if logs.problems and warn:
         print(
             f"warning: skipped {len(logs.problems)} malformed line(s), first: {logs.problems[0]}",
             file=sys.stderr,
@@ -56,7 +57,7 @@ def summary_main(argv: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--max-rows", type=positive_int, default=12, help="rows per list (default 12)")
     a = p.parse_args(argv)
-    s = summarize(_read(a.logs))
+    s = summarize(_read(a.logs, warn=False))
     if a.json:
         print(json.dumps(summary_json(s), indent=1, default=str))
     else:
@@ -199,7 +200,11 @@ def logs_main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
         raise UsageError(f"unknown subcommand {argv[0]!r} (summary, timeline, replay)")
-    return COMMANDS[argv[0]][0](argv[1:])
+    try:
+        return COMMANDS[argv[0]][0](argv[1:])
+    except BrokenPipeError:  # the reader went away (| head): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def bundle_main(argv: list[str] | None = None) -> int:

@@ -152,9 +152,9 @@ def run_policy(
         if len(out) > before:
             entered = obs.iteration
         if mode is Mode.DRAINING and (not overlap or obs.iteration > entered):
-            fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight (replay)")
+            fsm.process_event(Event.DRAINED, obs, "replay: no K-wide batch in flight")
         elif mode is Mode.RESYNCING and obs.iteration >= entered + resync_forwards:
-            fsm.process_event(Event.RESYNCED, obs, "draft caught up (replay)")
+            fsm.process_event(Event.RESYNCED, obs, "replay: draft caught up")
         modes.append(fsm.mode.value)
     return out, modes, recs
 
