@@ -292,7 +292,9 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
         lines.append(f"    {n:6d}  {src}->{dst} {trig}: {why}")
     if len(rows) > max_rows:
         rest = sum(n for _, n in rows[max_rows:])
-        lines.append(f"    {rest:6d}  ... {len(rows) - max_rows} more kinds (--all to list)")
+        lines.append(
+            f"    {rest:6d}  ... {len(rows) - max_rows} more kinds (--max-rows to list them)"
+        )
     lines.append(f"  failed actions: {len(st.action_failed)}")
     for r in st.action_failed[:max_rows]:
         lines.append(
