@@ -23,7 +23,7 @@ def _read(paths: Sequence[str], lenient: bool = True, warn: bool = True) -> LogS
         logs = read_logs(paths)
     except OSError as exc:
         raise UsageError(f"{exc.filename}: cannot read: {exc.strerror}") from None
-    for p in logs.truncated:
+    for p in logs.truncated if warn else ():
         print(f"note: {p}", file=sys.stderr)
     if logs.problems and not lenient:
         raise UsageError(
