@@ -171,20 +171,11 @@ def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
 def check_policy(text: str) -> None:
     """Refuse a bad ``--policy`` shorthand before the engine starts (UsageError, one line),
     with the adapter's own parser and validator: exactly what the engine would refuse."""
-    try:
-        from specfsm_sglang.config import parse_shorthand
-    except ImportError:  # config.py before its rewrite named it _parse_shorthand
-        from specfsm_sglang.config import _parse_shorthand as parse_shorthand
     from specfsm.cli import UsageError
-    from specfsm_sglang.config import make_policy
+    from specfsm_sglang.config import make_policy, parse_shorthand
 
     try:
         make_policy(parse_shorthand(text))
-    except json.JSONDecodeError as exc:  # the old parser: a value that is not JSON
-        raise UsageError(
-            f"--policy {text!r}: a value is not JSON ({exc.msg}); values are numbers, "
-            'true/false or "quoted strings", e.g. threshold:high=6,low=3'
-        ) from None
     except (ValueError, TypeError) as exc:  # the adapter's ConfigError is a ValueError
         msg = str(exc).removeprefix("specfsm: ")
         raise UsageError(f"--policy {text!r}: {msg}") from None
