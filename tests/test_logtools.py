@@ -433,3 +433,25 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     ):
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, argv
+
+
+def test_sim_timeline_uses_shared_drawing(tmp_path: Path) -> None:
+    """`specfsm sim`'s timeline draws through the same mode-band function as the log timeline."""
+    pytest.importorskip("matplotlib")
+    from specfsm import timeline_plot
+    from specfsm.policy_cli import plot_timeline
+    from specfsm.sim import RunResult
+
+    calls: list[int] = []
+    real = timeline_plot.draw_mode_timeline
+
+    def spy(ax: Any, spans: Any, *a: Any, **k: Any) -> None:
+        calls.append(len(spans))
+        real(ax, spans, *a, **k)
+
+    tl = [(0.1 * i, 4, "SPECULATING" if i < 50 else "PLAIN") for i in range(100)]
+    r = RunResult("p", "l", 100, 10.0, 1, 1.0, [], [], 1, {}, timeline=tl)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timeline_plot, "draw_mode_timeline", spy)
+        plot_timeline(str(tmp_path / "sim.png"), [r], "t")
+    assert calls == [2] and (tmp_path / "sim.png").stat().st_size > 5000
