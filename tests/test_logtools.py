@@ -455,3 +455,42 @@ def test_sim_timeline_uses_shared_drawing(tmp_path: Path) -> None:
         mp.setattr(timeline_plot, "draw_mode_timeline", spy)
         plot_timeline(str(tmp_path / "sim.png"), [r], "t")
     assert calls == [2] and (tmp_path / "sim.png").stat().st_size > 5000
+
+
+def test_failures_from_a_real_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log written by SpecFSM itself with a failing action and a faulting policy: the summary
+    lists the failed action with its error and the policy faults with their counts."""
+    from specfsm import Event, Observation, SpecFSM, TransitionLog, json_logger
+    from specfsm.errors import ModeActionError
+    from specfsm.policies import FixedPolicy
+    from specfsm.testing import RecordingActions
+
+    class Broken:
+        last_reason = ""
+
+        def decide(self, mode: Any, obs: Any) -> Any:
+            raise ZeroDivisionError("division by zero")
+
+        def describe(self) -> dict[str, object]:
+            return {"policy": "broken"}
+
+    path = tmp_path / "fsm.jsonl"
+    log = TransitionLog(json_logger(path), rank=0)
+    fsm = SpecFSM(FixedPolicy(True), RecordingActions(fail={"enter_draining": 1}), log=log)
+    log.config(fsm.describe())
+    with pytest.raises(ModeActionError):
+        fsm.process_event(Event.LOAD_HIGH, Observation(iteration=1, decode_bs=4), "test")
+    fsm.policy = FixedPolicy(True)
+    fsm.step(Observation(iteration=2, decode_bs=4))  # PLAIN -> RESYNCING
+    fsm.policy = Broken()
+    for it in range(3, 6):
+        fsm.step(Observation(iteration=it, decode_bs=4))
+    rc, out, err = run_cli(capsys, "logs", "summary", str(path))
+    assert rc == 0, err
+    assert "failed actions: 1" in out
+    assert "iteration 1 enter_draining: RuntimeError: injected failure in enter_draining" in out
+    assert "policy faults: 3, replaced: 1" in out
+    assert "broken (3/3): raised ZeroDivisionError: division by zero" in out
+    assert "FAULT: policy broken failed: raised ZeroDivisionError: division by zero" in out
+    # the failed SPECULATING->DRAINING is not logged; its FAULT (from DRAINING) reveals it
+    assert "mode changes not in the log: 1 (1 at a failed action, 0 unexplained)" in out

@@ -98,16 +98,20 @@ class Run:
 
     @property
     def initial_mode(self) -> Mode:
-        """The mode the run started in: the first transition's source (the truth), else the
-        first observation's mode, else the config's initial_mode, else SPECULATING."""
-        if self.transitions:
-            return Mode(self.transitions[0].data["src"])
-        if self.observations:
-            return Mode(self.observations[0].data["mode"])
+        """The mode the run started in: the config line's (`initial_mode`, the adapter's, or
+        `mode`, SpecFSM.describe's), else the first sample's (an observation's mode or a
+        transition's source, whichever is first), else SPECULATING."""
         cfg = self.config or {}
         for key in ("initial_mode", "mode"):
             if cfg.get(key) in _MODES:
                 return Mode(cfg[key])
+        first = min(
+            (r for r in (self.transitions[:1] + self.observations[:1])),
+            key=lambda r: (r.iteration, r.event != OBSERVATION),
+            default=None,
+        )
+        if first is not None:
+            return Mode(first.data["mode"] if first.event == OBSERVATION else first.data["src"])
         return Mode.SPECULATING
 
 

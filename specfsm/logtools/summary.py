@@ -52,12 +52,28 @@ class Dwell:
         return max(0.0, self.end_ts - self.start_ts)
 
 
+def jumps(run: Run) -> list[Record]:
+    """Transitions whose source is not the mode the log left the rank in: a change that was not
+    logged (a mode action that failed leaves only specfsm.action_failed and the FAULT)."""
+    out = []
+    mode = run.initial_mode.value
+    for t in run.transitions:
+        if t.data["src"] != mode:
+            out.append(t)
+        mode = t.data["dst"]
+    return out
+
+
 def dwells(run: Run) -> list[Dwell]:
-    """The run's stays in each mode, in order."""
+    """The run's stays in each mode, in order (an unlogged change starts the next source's stay
+    at the transition that reveals it)."""
     out: list[Dwell] = []
     mode = run.initial_mode.value
     start_it, start_ts = 1, run.first_ts
     for t in run.transitions:
+        if t.data["src"] != mode:
+            out.append(Dwell(mode, start_it, t.iteration, start_ts, t.ts, True))
+            mode, start_it, start_ts = t.data["src"], t.iteration, t.ts
         out.append(Dwell(mode, start_it, t.iteration, start_ts, t.ts, True))
         mode, start_it, start_ts = t.data["dst"], t.iteration, t.ts
     out.append(
@@ -83,6 +99,8 @@ class Stats:
     policy_failed: list[Record] = attrs.Factory(list)
     policy_replaced: list[Record] = attrs.Factory(list)
     contract_violations: list[Record] = attrs.Factory(list)
+    #: (transition, explained by a failed action at its iteration)
+    jumps: list[tuple[Record, bool]] = attrs.Factory(list)
     controls: int = 0
     observations: int = 0
     #: per mode: (shortest, longest) completed dwell in iterations
@@ -107,6 +125,8 @@ class Stats:
             key = (t.data["src"], t.data["dst"], t.data["trigger"])
             self.transitions[(*key, reason_pattern(str(t.data.get("reason", ""))))] += 1
             self.switches += t.data["trigger"] in SWITCH_TRIGGERS
+        failed_at = {r.iteration for r in run.action_failed}
+        self.jumps += [(t, t.iteration in failed_at) for t in jumps(run)]
         self.action_failed += run.action_failed
         self.policy_failed += run.policy_failed
         self.policy_replaced += run.policy_replaced
@@ -150,6 +170,9 @@ class Stats:
             ],
             "policy_replaced": [_brief(r, "old", "new") for r in self.policy_replaced],
             "contract_violations": [_brief(r) for r in self.contract_violations],
+            "unlogged_mode_changes": [
+                {**_brief(t, "src", "dst"), "at_failed_action": ok} for t, ok in self.jumps
+            ],
             "controls": self.controls,
             "observations": self.observations,
         }
@@ -307,6 +330,17 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
             f"    {r.source}:{r.line} iteration {r.iteration} {r.data.get('policy')} "
             f"({r.data.get('faults')}/{r.data.get('limit')}): {r.data.get('error')}"
         )
+    n_ok = sum(ok for _, ok in st.jumps)
+    lines.append(
+        f"  mode changes not in the log: {len(st.jumps)} ({n_ok} at a failed action, "
+        f"{len(st.jumps) - n_ok} unexplained)"
+    )
+    for t, ok in st.jumps[:max_rows]:
+        if not ok:
+            lines.append(
+                f"    {t.source}:{t.line} iteration {t.iteration}: {t.data['src']}->"
+                f"{t.data['dst']} but the log left the rank elsewhere"
+            )
     lines.append(f"  contract violations logged: {len(st.contract_violations)}")
     for r in st.contract_violations[:max_rows]:
         lines.append(f"    {r.source}:{r.line} iteration {r.iteration}")
