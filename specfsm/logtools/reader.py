@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 import attrs
@@ -288,9 +288,3 @@ def group(records: Sequence[Record]) -> list[Engine]:
     if shared or len(by_source) <= 1:
         return [Engine(src, _runs_of(recs)) for src, recs in by_source.items()]
     return [Engine(" + ".join(by_source), _runs_of(records))]
-
-
-def iter_lines(logs: LogSet, events: Sequence[str]) -> Iterator[Record]:
-    """The records of the given event names, in input order."""
-    want = set(events)
-    return (r for r in logs.records if r.event in want)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -406,7 +405,3 @@ def summary_json(s: Summary) -> dict[str, Any]:
             for d in s.disagreements
         ],
     }
-
-
-def all_runs(engines: Iterable[Engine]) -> Sequence[Run]:
-    return [run for e in engines for runs in e.ranks.values() for run in runs]
