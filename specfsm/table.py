@@ -73,6 +73,20 @@ class Event(enum.Enum):
         return f"Event.{self.name}"
 
 
+#: Who emits each event and when: the edge labels' meaning in the generated state diagram.
+EVENT_SOURCES: Final[Mapping[Event, tuple[str, str]]] = MappingProxyType(
+    {
+        Event.LOAD_HIGH: ("policy", "load rose: stop speculating"),
+        Event.DRAINED: ("engine adapter", "no in-flight batch uses K-sized state any more"),
+        Event.LOAD_LOW: ("policy", "load fell: speculate again"),
+        Event.RESYNCED: ("engine adapter", "the draft caught up for every running request"),
+        Event.FAULT: (
+            "machine / engine adapter",
+            "a mode action raised, a contract failed, or the policy failed",
+        ),
+    }
+)
+
 #: The safe mode every FAULT leads to.
 SAFE_MODE: Final = Mode.PLAIN
 
