@@ -49,20 +49,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-SHAPES = {
-    "none": {},
-    "chain": {
-        "speculative_num_steps": 3,
-        "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": 4,
-    },
-    # the seeds' tree
-    "tree": {
-        "speculative_num_steps": 2,
-        "speculative_eagle_topk": 4,
-        "speculative_num_draft_tokens": 16,
-    },
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the engine shapes of the bring-up tables: chain 3 x topk 1 (4 tokens), the seeds' tree 2 x 4 (16)
+from sglang_engine_bench import SPECS as SHAPES
 
 #: Schedules of the greedy phase: name -> control-file content.
 SCHEDULES: list[tuple[str, dict[str, Any]]] = [
