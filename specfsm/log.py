@@ -1,11 +1,22 @@
 """The transition log: structlog JSON lines, each carrying rank and iteration.
 
 Event names (fixed; tools and offline replay key on them):
-  specfsm.config         once per rank at start-up: the resolved configuration
+  specfsm.config         once per rank at start-up (iteration 0): the resolved configuration;
+                         again at each runtime control change (`control`: applied / refused)
+                         with the iteration it took effect at
   specfsm.transition     per transition: ts, src, dst, trigger (the FSM event; `event` is
                          structlog's own key, the line's name), reason, bs, policy inputs,
                          action durations in microseconds
   specfsm.observation    sampled policy inputs and the mode (every N iterations / T seconds)
+
+Policy inputs on transition and observation lines: bs, running, queued, accept_lens, and
+  accept_lens_iteration  (with non-empty accept_lens, when the adapter knows it) the iteration of
+                         the K-wide round these accept lengths come from
+  accept_lens_stale      (with non-empty accept_lens) true when they are not the current
+                         speculation's: the line's mode (a transition's src) is not SPECULATING,
+                         or the round ran before the last entry to SPECULATING. The policy saw
+                         them all the same (offline replay feeds them back unchanged)
+  mean_ctx               only when measured (a context-aware policy; 0 means unknown: omitted)
   specfsm.action_failed  a mode action raised: which, where, the exception
   specfsm.policy_failed  a policy raised or returned a wrong value: policy, iteration, error,
                          its fault count and the limit (the FAULT transition follows)
@@ -73,15 +84,29 @@ def json_logger(dest: IO[str] | str | Path, iso_ts: bool = False) -> Any:
 _NO_OBS: dict[str, object] = {}
 
 
-def obs_fields(obs: Observation) -> dict[str, object]:
-    """The policy inputs of `obs` as flat log fields."""
-    return {
+def obs_fields(
+    obs: Observation,
+    mode: Mode | None = None,
+    accept_lens_iteration: int | None = None,
+    speculating_since: int = 0,
+) -> dict[str, object]:
+    """The policy inputs of `obs` as flat log fields, taken in `mode` (see the module
+    docstring: accept_lens_iteration / accept_lens_stale / mean_ctx only when meaningful)."""
+    out: dict[str, object] = {
         "bs": obs.decode_bs,
         "running": obs.running,
         "queued": obs.queued,
         "accept_lens": list(obs.accept_lens),
-        "mean_ctx": obs.mean_ctx,
     }
+    if obs.accept_lens:
+        if accept_lens_iteration is not None:
+            out["accept_lens_iteration"] = accept_lens_iteration
+        out["accept_lens_stale"] = mode is not Mode.SPECULATING or (
+            accept_lens_iteration is not None and accept_lens_iteration < speculating_since
+        )
+    if obs.mean_ctx > 0:
+        out["mean_ctx"] = obs.mean_ctx
+    return out
 
 
 class TransitionLog:
@@ -91,9 +116,19 @@ class TransitionLog:
     def __init__(self, logger: Any = None, rank: int = 0) -> None:
         self._log = logger if logger is not None else structlog.get_logger("specfsm")
         self.rank = rank
+        #: the iteration of the K-wide round whose accept lengths the observations carry; set
+        #: by the adapter when it records them (None: unknown, the field is not written)
+        self.accept_lens_iteration: int | None = None
+        #: the iteration of the last transition into SPECULATING (0: from the start)
+        self.speculating_since = 0
 
-    def config(self, config: Mapping[str, object]) -> None:
-        self._log.info(CONFIG, rank=self.rank, iteration=0, **config)
+    def _obs(self, obs: Observation, mode: Mode) -> dict[str, object]:
+        return obs_fields(obs, mode, self.accept_lens_iteration, self.speculating_since)
+
+    def config(self, config: Mapping[str, object], iteration: int = 0) -> None:
+        """The resolved configuration (start-up: iteration 0) or a runtime control change
+        (`iteration`: the one it takes effect at, to place it on a timeline)."""
+        self._log.info(CONFIG, rank=self.rank, iteration=iteration, **config)
 
     def transition(
         self,
@@ -115,14 +150,20 @@ class TransitionLog:
             dst=dst.value,
             trigger=event.name,
             reason=reason,
-            **(_NO_OBS if obs is None else obs_fields(obs)),
+            **(_NO_OBS if obs is None else self._obs(obs, src)),
             exit_us=exit_us,
             enter_us=enter_us,
         )
+        if dst is Mode.SPECULATING and src is not Mode.SPECULATING:
+            self.speculating_since = iteration
 
     def observation(self, obs: Observation, mode: Mode) -> None:
         self._log.info(
-            OBSERVATION, rank=self.rank, iteration=obs.iteration, mode=mode.name, **obs_fields(obs)
+            OBSERVATION,
+            rank=self.rank,
+            iteration=obs.iteration,
+            mode=mode.name,
+            **self._obs(obs, mode),
         )
 
     def action_failed(

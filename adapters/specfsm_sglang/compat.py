@@ -18,6 +18,9 @@ class Surface:
 
     worker: str = "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2"
     scheduler: str = "sglang.srt.managers.scheduler.Scheduler"
+    #: AFTER, in the engine's (or HTTP server's) parent process: runs after the server
+    #: arguments were resolved and before any scheduler process is spawned
+    launch_check: str = "sglang.srt.server_args.ServerArgs.check_server_args"
     verified: bool = True
 
     @property
@@ -109,6 +112,12 @@ def surface() -> Surface:
     return SURFACES[v]
 
 
+def surface_or_newest() -> Surface:
+    """The installed SGLang's surface, else the newest known one: for the hooks that must be in
+    place even on an unsupported version so that they can refuse (launch check, refusal)."""
+    return SURFACES.get(sglang_version(), SURFACES[next(iter(SURFACES))])
+
+
 def unsupported_reason(server_args: Any) -> str | None:
     """Why specfsm refuses this server configuration at startup, or None."""
     algo = (getattr(server_args, "speculative_algorithm", None) or "").upper()
@@ -161,6 +170,24 @@ def context_tokens(batch: Any) -> int:
     if cpu is not None and getattr(getattr(cpu, "device", None), "type", None) == "cpu":
         return int(cpu.sum())
     return 0
+
+
+def metrics_labels(scheduler: Any) -> dict[str, str] | None:
+    """SGLang's scheduler metric labels, when this rank exports SGLang's scheduler series.
+
+    ``Scheduler.metrics_collector_context`` (set in ``Scheduler.__init__`` by
+    ``SchedulerMetricsCollector.init_new``, observability/metrics_collector.py): its
+    ``collector.labels`` are {model_name, engine_type, tp_rank, pp_rank, moe_ep_rank} plus
+    dp_rank (DP on), priority (priority scheduling) and --extra-metric-labels; its
+    ``current_scheduler_metrics_enabled`` is True on the stats-logging rank (attn_tp_rank 0,
+    attn_cp_rank 0) or on every rank with --enable-metrics-for-all-schedulers. None when
+    metrics are off or this rank exports nothing.
+    """
+    ctx = getattr(scheduler, "metrics_collector_context", None)
+    collector = getattr(ctx, "collector", None)
+    if collector is None or not getattr(ctx, "current_scheduler_metrics_enabled", False):
+        return None
+    return {str(k): str(v) for k, v in collector.labels.items()}
 
 
 def dp_attention(server_args: Any) -> bool:

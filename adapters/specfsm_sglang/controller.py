@@ -22,6 +22,7 @@ import json
 import os
 import stat
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +186,8 @@ class Controller:
         self.running = 0
         self.queued = 0
         self.accept_lens: tuple[int, ...] = ()
+        # iterations of the K-wide forwards whose results are not processed yet (oldest first)
+        self._wide_its: deque[int] = deque(maxlen=8)
         self._last_correct: list[int] | None = None
 
         self.test_dir = os.environ.get(TEST_DIR_ENV) or None
@@ -248,9 +251,8 @@ class Controller:
             "control_poll_max_ns": 0,
         }
         self.fsm.listeners.append(self._on_transition)
-        from specfsm_sglang import metrics
-
-        self.metrics = metrics.maybe_create(server_args, self.rank)
+        # created at the end of Scheduler.__init__ (start_metrics), with SGLang's labels
+        self.metrics: Any = None
         self.log.config(
             {
                 "sglang": compat.sglang_version(),
@@ -267,6 +269,16 @@ class Controller:
             }
         )
 
+    def start_metrics(self, labels: dict[str, str] | None) -> None:
+        """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
+        rank that exports SGLang's scheduler series; None: this rank exports nothing."""
+        from specfsm.machine import policy_name
+        from specfsm_sglang import metrics
+
+        if self.metrics is not None:
+            self.metrics.close()
+        self.metrics = metrics.maybe_create(labels, self.fsm.mode, policy_name(self.fsm.policy))
+
     # ------------------------------------------------------------------ hot path
     def before_forward(self, batch: Any) -> None:
         """Decide (and transition if due), emit completion events, check contracts."""
@@ -282,7 +294,7 @@ class Controller:
             if dt > c["control_poll_max_ns"]:
                 c["control_poll_max_ns"] = dt
         bs = compat.local_batch_size(batch)
-        mean_ctx = 0
+        mean_ctx = 0  # 0: not measured (the log line then has no mean_ctx)
         if getattr(self.fsm.policy, "ctx_aware", False):
             # only a policy priced over several context lengths pays for this (a CPU sum)
             ctx_tokens = compat.context_tokens(batch)
@@ -334,6 +346,7 @@ class Controller:
     def after_forward(self, batch: Any, result: Any) -> None:
         if self.worker.speculative_num_steps > 0:
             self.inflight_wide += 1
+            self._wide_its.append(self.iteration)
             self.counters["wide_forwards"] += 1
         elif self.resync_left > 0:
             self.resync_left -= 1
@@ -358,9 +371,12 @@ class Controller:
             return
         if self.inflight_wide > 0:
             self.inflight_wide -= 1
+        round_it = self._wide_its.popleft() if self._wide_its else self.iteration
         correct = self._last_correct
         if correct is not None:
             self.accept_lens = tuple(n + 1 for n in correct)
+            # the observation lines name the K-wide round these accept lengths come from
+            self.log.accept_lens_iteration = round_it
             self._last_correct = None
 
     def note_schedule(self, scheduler: Any, plan: Any) -> None:
@@ -474,7 +490,7 @@ class Controller:
         line: dict[str, object] = {"control": outcome, "reason": reason}
         if request:
             line["request"] = request[0]
-        self.log.config(line)
+        self.log.config(line, iteration=self.iteration)
 
     def apply_control(self, content: Any) -> None:
         """Pin a mode, unpin, or swap the policy, after checking the content with the config's
@@ -495,7 +511,10 @@ class Controller:
             self._log_control("refused", str(exc), content)
             return
         self.fsm.policy = policy
-        self.log.config({"control": "applied", "request": content, "policy": policy.describe()})
+        self.log.config(
+            {"control": "applied", "request": content, "policy": policy.describe()},
+            iteration=self.iteration,
+        )
 
     # ------------------------------------------------------------------ test channel
     def _poll_test_channel(self, batch: Any) -> None:

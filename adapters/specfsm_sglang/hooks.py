@@ -4,7 +4,8 @@
 |---------------------------------------------|--------|-------------------------------------------|
 | ServerArgs.check_server_args (parent; always) | AFTER | check everything before workers start |
 | Scheduler.__init__                          | BEFORE | refuse unsupported configurations         |
-| Scheduler.__init__                          | AFTER  | prove the worker hooks ran (else refuse)  |
+| Scheduler.__init__                          | AFTER  | prove the worker hooks ran (else refuse); |
+|                                             |        | metrics with SGLang's labels              |
 | EAGLEWorkerV2.init_cuda_graphs              | AFTER  | build the 1-wide state, the controller    |
 | EAGLEWorkerV2.forward_batch_generation      | AROUND | decide, transition, check contracts       |
 | EAGLEWorkerV2.on_verify_complete_cpu        | AFTER  | accept lengths of the processed verify    |
@@ -20,15 +21,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from specfsm_sglang import compat, config
 from specfsm_sglang.config import Config, ConfigError, StartRefused
 
 CONTROLLER_ATTR = "_specfsm_controller"
-#: ServerArgs.check_server_args runs in the engine's (or HTTP server's) parent process, after
-#: the server arguments were resolved and before any scheduler process is spawned.
-LAUNCH_CHECK_TARGET = "sglang.srt.server_args.ServerArgs.check_server_args"
 _state: dict[str, Any] = {"cfg": None, "controller": None, "tokenizer_active": False}
 
 
@@ -37,7 +35,7 @@ def controller() -> Any:
     return _state["controller"]
 
 
-def _refuse(exc: ConfigError) -> None:
+def _refuse(exc: ConfigError) -> NoReturn:
     """Print the one refusal line (stderr) and raise it."""
     line = config.refusal_line(exc)
     sys.stderr.write(line + "\n")
@@ -54,6 +52,10 @@ def launch_check(server_args: Any) -> None:
         return
     try:
         cfg = config.resolve()
+        try:
+            compat.surface()
+        except RuntimeError as exc:
+            raise ConfigError("sglang", str(exc)) from None
         reason = compat.unsupported_reason(server_args)
         if reason is not None:
             raise ConfigError("server_args", reason)
@@ -73,7 +75,7 @@ def register_launch_check() -> None:
     def after_check(result: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
         launch_check(server_args)
 
-    HookRegistry.register(LAUNCH_CHECK_TARGET, after_check, HookType.AFTER)
+    HookRegistry.register(compat.surface_or_newest().launch_check, after_check, HookType.AFTER)
 
 
 def register_refusal(exc: ConfigError) -> None:
@@ -85,9 +87,7 @@ def register_refusal(exc: ConfigError) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         _refuse(exc)
 
-    HookRegistry.register(
-        f"{compat.SURFACES['0.5.23'].scheduler}.__init__", refuse, HookType.BEFORE
-    )
+    HookRegistry.register(compat.surface_or_newest().scheduler_init, refuse, HookType.BEFORE)
 
 
 def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
@@ -166,7 +166,8 @@ def register(cfg: Config) -> None:
 
     def check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         worker = getattr(self, "draft_worker", None)
-        if worker is None or getattr(worker, CONTROLLER_ATTR, None) is None:
+        ctl = None if worker is None else getattr(worker, CONTROLLER_ATTR, None)
+        if ctl is None:
             _refuse(
                 ConfigError(
                     "hooks",
@@ -174,6 +175,9 @@ def register(cfg: Config) -> None:
                     "first?); refusing to serve without specfsm",
                 )
             )
+        # SGLang's metrics collector exists by now (init_metrics_collector runs before
+        # init_model_worker); specfsm's series take its labels on the rank that exports them
+        ctl.start_metrics(compat.metrics_labels(self))
 
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller

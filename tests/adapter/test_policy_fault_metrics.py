@@ -36,12 +36,11 @@ def test_policy_faults_counted_in_prometheus() -> None:
     ctl.counters = {"transitions": {}, "policy_faults": 0}
     ctl._policy_faults_seen = 0
     ctl.test_dir = None
-    ctl.metrics = metrics.Metrics(rank=7)
+    labels = {"model_name": "m", "engine_type": "unified", "tp_rank": "7", "pp_rank": "0"}
+    ctl.metrics = metrics.Metrics(labels, Mode.SPECULATING, start=False)
 
     def value(policy: str) -> float:
-        v = REGISTRY.get_sample_value(
-            "specfsm_policy_faults_total", {"tp_rank": "7", "policy": policy}
-        )
+        v = REGISTRY.get_sample_value("specfsm_policy_faults_total", {**labels, "policy": policy})
         return v or 0.0
 
     for i in range(4):
