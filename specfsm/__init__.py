@@ -10,6 +10,7 @@ from specfsm.errors import (
     InvalidTransition,
     MachineFailed,
     ModeActionError,
+    PolicyError,
     SpecFSMError,
     SpecStateError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "NoopActions",
     "Observation",
     "Policy",
+    "PolicyError",
     "ScriptedPolicy",
     "SpecFSM",
     "SpecFSMError",
