@@ -13,28 +13,43 @@ from specfsm_sglang.testbed import fsm as F
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+@pytest.mark.parametrize(
+    ("overlap", "agree"),
+    [(False, None), (True, None), (False, "full")],
+    ids=["sync", "overlap", "sync-agree-full"],
+)
 def test_retraction_under_switching(
-    tmp_path: Path, reference: object, overlap: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    overlap: bool,
+    agree: str | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Retractions (SGLang's own SGLANG_TEST_RETRACT switch, every 7th forward, on top of a
     small KV pool) while modes flip: outputs still identical, retracted requests re-admitted in
-    every mode, and SGLang's idle leak check passes afterwards."""
+    every mode, and SGLang's idle leak check passes afterwards. EAGLE-3 (random draft) and the
+    agreeing ``full`` EAGLE draft (every draft token accepted: 4 tokens per verify)."""
+    from specfsm_sglang import hooks
+
     # SGLang's admission control is conservative enough that a small pool alone rarely
     # retracts on this workload; its test switch forces decode retraction periodically.
     monkeypatch.setenv("SGLANG_TEST_RETRACT", "1")
     monkeypatch.setenv("SGLANG_TEST_RETRACT_INTERVAL", "7")
     prompts = E.default_prompts(8, length=16, seed=21)
+    spec = {"spec": "EAGLE", "agree": agree} if agree else {"spec": "EAGLE3"}
+    reference = E.AgreeReference() if agree else request.getfixturevalue("reference")
     eng = F.make_fsm_engine(
         tmp_path,
         policy={"name": "every", "k": 2},
-        spec="EAGLE3",
         overlap=overlap,
+        **spec,
         max_total_tokens=640,
         max_running_requests=8,
     )
+    hooks.ensure_tokenizer_side()
     try:
-        out = E.generate_greedy(eng, prompts, 96)
+        outs = E.generate(eng, prompts, 96)
+        out = [o["output_ids"] for o in outs]
         time.sleep(1.0)
         c = F.counters(tmp_path, wait_s=5)
         n0 = c["idle_checks"]
@@ -47,7 +62,14 @@ def test_retraction_under_switching(
         c = F.counters(tmp_path)
     finally:
         eng.shutdown()
-    assert out == reference(prompts, 96)  # type: ignore[operator]
+    accept = E.accept_length([o["meta_info"] for o in outs])
+    print(
+        f"retraction ({request.node.callspec.id}): {c.get('retracted', 0)} retracted, "
+        f"accept length {accept:.2f}"
+    )
+    assert out == reference(prompts, 96)
+    if agree:
+        assert accept > 1.8, f"the accepting draft accepted {accept:.2f} tokens per verify"
     assert c.get("retracted", 0) > 0, "retractions were meant to happen"
     readmitted = c.get("arrivals_by_mode", {})
     assert sum(readmitted.values()) > len(prompts), "retracted requests were re-admitted"
