@@ -27,6 +27,7 @@ def controller(path: Path | str) -> tuple[Controller, list[Any]]:
     ctl.control_file = str(path)
     ctl._control_sig = None
     ctl.rank = 0
+    ctl.iteration = 0
     ctl.tp_group = None
     ctl.log = log
     ctl.cfg = resolve({"SPECFSM_POLICY": "threshold:high=9,low=2"})
