@@ -129,6 +129,8 @@ class HttpServer:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # children it left behind
                 raise ServerError(f"server exited with {self.proc.returncode}\n{self.log_tail()}")
             with contextlib.suppress(OSError):
                 if self.get("/health", timeout_s=5)[0] == 200:
@@ -150,11 +152,27 @@ class HttpServer:
         except psutil.NoSuchProcess:
             return set()
 
-    def alive(self) -> list[int]:
-        """Pids of the server's process tree (as seen at start and now) still running."""
+    def _group(self) -> set[int]:
+        """Pids in the server's process group (its session leader's pid): orphans included."""
         import psutil
 
-        pids = self.tree | (self._descendants() if self.proc is not None else set())
+        if self.proc is None:
+            return set()
+        found = set()
+        for p in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if os.getpgid(p.pid) == self.proc.pid:
+                    found.add(p.pid)
+        return found
+
+    def alive(self) -> list[int]:
+        """Pids of the server's process tree (as seen at start and now) and process group still
+        running."""
+        import psutil
+
+        pids = self.tree | self._group()
+        if self.proc is not None:
+            pids |= self._descendants()
         left = []
         for pid in sorted(pids):
             with contextlib.suppress(psutil.NoSuchProcess):
