@@ -258,7 +258,7 @@ def recipe(kind: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         return _eagle3(_SEEDS["eagle3"])
     if kind == "eagle":
         return _eagle(_SEEDS["eagle"])
-    if kind == "agree" or kind.removeprefix("eagle-agree-") in AGREE_RATES:
+    if kind == "agree" or kind in (f"eagle-agree-{r}" for r in AGREE_RATES):
         return _agree(kind)
     raise ValueError(f"unknown tiny model kind {kind!r}; one of {KINDS}")
 
