@@ -16,7 +16,8 @@ from specfsm_sglang import demo_h200
 def test_demo_shows_mechanism_correctness_and_the_h200(tmp_path: Path) -> None:
     """A short ramp: both engines run, specfsm leaves and re-enters speculation, every greedy
     output equals no speculation, the accept length (4.00, the agreeing draft) is explained, the
-    CPU verdict and the measured H200 table are printed, the plot is written."""
+    CPU verdict and the measured H200 table are printed, the plot is written; `specfsm logs
+    summary` and `timeline` read the ramp's log."""
     plot = tmp_path / "h200.png"
     cmd = [sys.executable, "-m", "specfsm.cli", "demo", "--ramp", "2,8,2"]
     cmd += ["--max-new-tokens", "12", "--plot", str(plot)]
@@ -30,6 +31,24 @@ def test_demo_shows_mechanism_correctness_and_the_h200(tmp_path: Path) -> None:
     assert "On this CPU speculation" in out
     assert "measured on one NVIDIA H200" in out
     assert plot.exists() and plot.stat().st_size > 10_000
+    # the operators' tools on the demo's load-ramp log (a real engine's, 2 -> 8 -> 2 requests)
+    log = re.search(r"log (\S+transitions\.jsonl)", out)
+    assert log is not None
+    tool = [sys.executable, "-m", "specfsm.cli", "logs"]
+    summary = subprocess.run(
+        [*tool, "summary", "--json", log.group(1)], capture_output=True, text=True, timeout=120
+    )
+    assert summary.returncode == 0, summary.stderr
+    assert "SPECULATING" in summary.stdout and "DRAINING" in summary.stdout
+    png = tmp_path / "ramp.png"
+    timeline = subprocess.run(
+        [*tool, "timeline", log.group(1), "-o", str(png)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert timeline.returncode == 0, timeline.stderr
+    assert png.exists() and png.stat().st_size > 10_000
 
 
 def test_h200_table_is_the_measured_sweep() -> None:
