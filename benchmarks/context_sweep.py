@@ -30,10 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specfsm.acceptance import DraftShape, accept_length
-from specfsm.costs import CostModel, load_table
-from specfsm.goodput import GoodputPolicy
-from specfsm.sim import Controller, FixedController, FSMController, Workload, fixed_concurrency, run
+from specfsm.model.acceptance import DraftShape, accept_length
+from specfsm.model.costs import CostModel, load_table
+from specfsm.policy.goodput import GoodputPolicy
+from specfsm.sim.engine import run
+from specfsm.sim.peers import Controller, FixedController, FSMController
+from specfsm.sim.traces import Workload, fixed_concurrency
 
 T1024 = "h200_sglang0517_llama8b"
 T4096 = "h200_sglang0517_llama8b_ctx4096"

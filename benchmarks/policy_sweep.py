@@ -36,8 +36,8 @@ import sys
 import time
 from typing import Any
 
-from specfsm.acceptance import DraftShape, accept_length
-from specfsm.costs import (
+from specfsm.model.acceptance import DraftShape, accept_length
+from specfsm.model.costs import (
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
     SHARED_REF,
@@ -45,21 +45,11 @@ from specfsm.costs import (
     load_table,
     packaged_tables,
 )
-from specfsm.policy_cli import (
-    PEER_NAMES,
-    STATIC_NAMES,
-    WARM_NAME,
-    ZERO_TAX_NAME,
-    Progress,
-    format_table,
-    lineup,
-    plot_throughput,
-    plot_timeline,
-    recommend,
-    traces,
-    write_csv,
-)
-from specfsm.sim import RunResult, fixed_concurrency, run
+from specfsm.sim.engine import RunResult, run
+from specfsm.sim.peers import PEER_NAMES, STATIC_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup
+from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
+from specfsm.sim.traces import fixed_concurrency, traces
+from specfsm.sim.tune import recommend
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}

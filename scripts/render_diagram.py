@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specfsm.diagram import mermaid_hash, render  # noqa: E402
+from specfsm.fsm.diagram import mermaid_hash, render  # noqa: E402
 
 FLAGS = [
     "--headless",

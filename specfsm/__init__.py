@@ -2,11 +2,18 @@
 
 Modes SPECULATING, DRAINING, PLAIN, RESYNCING; one transition table (`TRANSITIONS`) is the single
 source of truth for the executor (`SpecFSM`), the diagrams and the docs.
+
+Layout (the arrows point one way: cli -> sim -> policy -> model, and everything -> fsm):
+``specfsm.fsm`` the FSM core (table, machine, actions, contracts, log); ``specfsm.policy`` the
+policies and their one registry; ``specfsm.model`` the cost and acceptance models;
+``specfsm.sim`` the serving simulator and tuner (extra ``sim``: numpy, matplotlib);
+``specfsm.cli`` the ``specfsm`` command; ``specfsm.logtools`` the log tools.
 """
 
-from specfsm.actions import ModeActions, NoopActions, TransitionInfo
-from specfsm.contracts import Contracts, Violation
-from specfsm.errors import (
+from specfsm.fsm.actions import ModeActions, NoopActions
+from specfsm.fsm.contracts import Contracts, Violation
+from specfsm.fsm.decision import FixedPolicy, Policy
+from specfsm.fsm.errors import (
     InvalidTransition,
     MachineFailed,
     ModeActionError,
@@ -14,11 +21,11 @@ from specfsm.errors import (
     SpecFSMError,
     SpecStateError,
 )
-from specfsm.log import TransitionLog, json_logger
-from specfsm.machine import SpecFSM, TransitionRecord
-from specfsm.observation import Observation
-from specfsm.policies import FixedPolicy, Policy, ScriptedPolicy, ThresholdPolicy, toward
-from specfsm.table import (
+from specfsm.fsm.log import TransitionLog, json_logger
+from specfsm.fsm.machine import SpecFSM
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.record import TransitionInfo, TransitionRecord
+from specfsm.fsm.table import (
     INITIAL_MODE,
     LOAD_EVENTS,
     SAFE_MODE,
@@ -26,7 +33,9 @@ from specfsm.table import (
     Event,
     Mode,
     legal_events,
+    toward,
 )
+from specfsm.policy.simple import ScriptedPolicy, ThresholdPolicy
 
 __all__ = [
     "INITIAL_MODE",

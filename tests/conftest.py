@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 import pytest
+
+# The test policies (every, random) are not in specfsm's production policy registry; the suite
+# opts into them here, for itself and for every engine it starts (they inherit the variable).
+os.environ.setdefault("SPECFSM_TEST_POLICIES", "1")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from specfsm.acceptance import (
+from specfsm.model.acceptance import (
     DraftShape,
     accept_length,
     alpha_from_accept_length,
     chain_accept_length,
     depth_widths,
 )
-from specfsm.costs import SHARED_REF, CostModel, load_table, packaged_tables, parse_table
+from specfsm.model.costs import SHARED_REF, CostModel, load_table, packaged_tables, parse_table
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_warm_plain_is_priced_from_the_engine_measured_step() -> None:
     """The in-engine table's measured warm PLAIN step (plain_warm_step) prices warm_ms exactly;
     a table without it falls back to the parts (verify ~ decode + 1-token draft-extend); at a
     context without measured rows the measured/estimate ratio of the nearest context carries."""
-    from specfsm.costs import PLAIN_WARM_MODEL
+    from specfsm.model.costs import PLAIN_WARM_MODEL
 
     table = load_table("h200_sglang0517_llama8b")
     model = CostModel(table)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specfsm.policy_cli import tune_main
+from specfsm.cli.tune import main as tune_main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gpu_server"

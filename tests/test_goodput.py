@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from specfsm.acceptance import DraftShape, accept_length, chain_accept_length
-from specfsm.costs import SHARED_REF, CostModel, load_table
-from specfsm.goodput import GoodputPolicy, policy_from_config
-from specfsm.observation import Observation
-from specfsm.policies import Policy
-from specfsm.table import TRANSITIONS, Event, Mode
+from specfsm.fsm.decision import Policy
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import TRANSITIONS, Event, Mode
+from specfsm.model.acceptance import DraftShape, accept_length, chain_accept_length
+from specfsm.model.costs import SHARED_REF, CostModel, load_table
+from specfsm.policy.goodput import GoodputPolicy, goodput_from_args
 
 ACC = chain_accept_length(0.8, 3)  # 2.952; crossover bs 121 on the shared table
 
@@ -55,20 +55,20 @@ def test_warm_switches_later_than_zero_tax(cost: CostModel) -> None:
         GoodputPolicy(cost, ACC, plain="cold")
 
 
-def test_policy_from_config() -> None:
-    """The SGLang adapter's {"name": "goodput", ...} builds through policy_from_config."""
-    p = policy_from_config(
+def test_goodput_from_args() -> None:
+    """The SGLang adapter's {"name": "goodput", ...} builds through goodput_from_args."""
+    p = goodput_from_args(
         {"shape": "chain3", "accept_len": 2.5, "margin": 0.05, "min_dwell": 8, "ctx": 1024}
     )
     assert isinstance(p, GoodputPolicy) and p.plain == "warm" and p.margin == 0.05
     assert p.min_dwell == 8 and p.cost.shape == DraftShape.chain(3)
     assert p.cost.table.source == SHARED_REF and p.prior_accept_len == 2.5
-    t = policy_from_config(
+    t = goodput_from_args(
         {"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "zero-tax"}
     )
     assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "zero-tax"
-    assert policy_from_config({"shape": [1, 5, 6], "accept_len": 3}).cost.shape.steps == 5
-    assert policy_from_config({"shape": "4,2,8", "accept_len": 2}).cost.shape.draft_tokens == 8
+    assert goodput_from_args({"shape": [1, 5, 6], "accept_len": 3}).cost.shape.steps == 5
+    assert goodput_from_args({"shape": "4,2,8", "accept_len": 2}).cost.shape.draft_tokens == 8
     bad: list[tuple[dict[str, object], str]] = [
         ({"accept_len": 2.5}, "'shape' is required"),
         ({"shape": "chain3"}, "'accept_len' is required"),
@@ -84,7 +84,7 @@ def test_policy_from_config() -> None:
     ]
     for args, msg in bad:
         with pytest.raises(ValueError, match=re.escape(msg)):
-            policy_from_config(args)
+            goodput_from_args(args)
 
 
 def test_stays_speculating_at_low_load(cost: CostModel) -> None:
@@ -228,6 +228,6 @@ def test_context_aware_with_a_multi_context_table() -> None:
     assert first_event(4096, single) is None
     cfg = {"table": ["h200_sglang0517_llama8b", "h200_sglang0517_llama8b_ctx4096"],
            "shape": "chain3", "accept_len": acc}  # fmt: skip
-    assert policy_from_config(cfg).ctx_aware
+    assert goodput_from_args(cfg).ctx_aware
     with pytest.raises(ValueError, match="cannot use table"):
-        policy_from_config({**cfg, "table": ["h200_sglang0517_llama8b"] * 2})
+        goodput_from_args({**cfg, "table": ["h200_sglang0517_llama8b"] * 2})

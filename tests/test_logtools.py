@@ -21,7 +21,7 @@ from specfsm.logtools.reader import read_logs
 from specfsm.logtools.replay import replay
 from specfsm.logtools.summary import dwells, reason_pattern, summarize
 from specfsm.logtools.timeline import downsample
-from specfsm.policy_spec import PolicySpecError, make_policy, parse_spec
+from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_TGZ = ROOT / "benchmarks/gpu/results/2026-11-30_specfsm/specfsm_logs.tgz"
@@ -376,8 +376,8 @@ def test_reason_pattern() -> None:
 
 def test_replay_in_process(tmp_path: Path) -> None:
     """Replay feeds recorded inputs to a real SpecFSM; a never-speculate policy drains at once."""
-    from specfsm.acceptance import DraftShape
-    from specfsm.costs import CostModel, load_table
+    from specfsm.model.acceptance import DraftShape
+    from specfsm.model.costs import CostModel, load_table
 
     f = tmp_path / "a.jsonl"
     f.write_text("\n".join(flap_lines(0)) + "\n")
@@ -438,9 +438,9 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_sim_timeline_uses_shared_drawing(tmp_path: Path) -> None:
     """`specfsm sim`'s timeline draws through the same mode-band function as the log timeline."""
     pytest.importorskip("matplotlib")
-    from specfsm import timeline_plot
-    from specfsm.policy_cli import plot_timeline
-    from specfsm.sim import RunResult
+    from specfsm.logtools import timeline_plot
+    from specfsm.sim.engine import RunResult
+    from specfsm.sim.report import plot_timeline
 
     calls: list[int] = []
     real = timeline_plot.draw_mode_timeline
@@ -461,9 +461,9 @@ def test_failures_from_a_real_machine(tmp_path: Path, capsys: pytest.CaptureFixt
     """A log written by SpecFSM itself with a failing action and a faulting policy: the summary
     lists the failed action with its error and the policy faults with their counts."""
     from specfsm import Event, Observation, SpecFSM, TransitionLog, json_logger
-    from specfsm.errors import ModeActionError
-    from specfsm.policies import FixedPolicy
-    from specfsm.testing import RecordingActions
+    from specfsm.fsm.errors import ModeActionError
+    from specfsm.fsm.testing import RecordingActions
+    from specfsm.policy import FixedPolicy
 
     class Broken:
         last_reason = ""

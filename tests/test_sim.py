@@ -6,23 +6,20 @@ import math
 
 import pytest
 
-from specfsm.acceptance import DraftShape
-from specfsm.costs import SHARED_REF, CostModel, load_table
-from specfsm.policies import FixedPolicy, ThresholdPolicy
-from specfsm.policy_cli import recommend, sglang_equivalent, tune_main
-from specfsm.sim import (
+from specfsm.cli.tune import main as tune_main
+from specfsm.model.acceptance import DraftShape
+from specfsm.model.costs import SHARED_REF, CostModel, load_table
+from specfsm.policy.simple import FixedPolicy, ThresholdPolicy
+from specfsm.sim.engine import run
+from specfsm.sim.peers import (
     BatchTableController,
     FixedController,
     FSMController,
     MaxConcurrencyController,
     SGLangAdaptiveController,
-    Workload,
-    bursts,
-    fixed_concurrency,
-    ramp,
-    run,
-    sinusoid,
 )
+from specfsm.sim.traces import Workload, bursts, fixed_concurrency, ramp, sinusoid
+from specfsm.sim.tune import recommend, sglang_equivalent
 
 CHAIN3 = DraftShape.chain(3)
 ONE = Workload(prompt_len=(512, 512), output_len=(101, 101), max_running=256)
@@ -186,7 +183,7 @@ def test_sglang_adaptive_rejects_trees(cost: CostModel) -> None:
 
 def test_tpot_definitions() -> None:
     """Request-mean, token-weighted and wall-clock TPOT on a hand-made result."""
-    from specfsm.sim import RunResult
+    from specfsm.sim.engine import RunResult
 
     r = RunResult(
         "p", "l", 0, 0.0, 0, 0.0, [2.0, 10.0], [], 0, {},

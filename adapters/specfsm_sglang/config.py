@@ -6,20 +6,19 @@
   SPECFSM_LOG=/path/transitions.jsonl  the JSON transition log ("-" = stderr)
 
 specfsm is active in SGLang only when one of the first three is set. Keys (`Config`):
-  policy            production policies:
+  policy            a policy, built by specfsm's one registry (specfsm.policy.registry documents
+                    the names, parameters and the shorthand):
                     {"name": "threshold", "high": 32, "low": 8, "debounce": 4, "min_dwell": 16,
                      "signal": "decode_bs"}
                     {"name": "goodput", "table": "h200_sglang0517_llama8b", "shape": "chain3",
-                     "accept_len": 2.5, ...}  (see specfsm.goodput.policy_from_config; the shape
-                     must be the server's --speculative-* shape, checked at start)
+                     "accept_len": 2.5, ...}  (the shape must be the server's --speculative-*
+                     shape, checked at start)
                     {"name": "fixed", "speculate": false}
                     {"name": "scripted", "schedule": [[100, "PLAIN"], [300, "SPECULATING"]]}
-                    your own (the `specfsm.policies.Policy` protocol):
+                    your own (the `specfsm.Policy` protocol):
                     {"name": "mypkg.mod:MyPolicy", ...kwargs} or an entry point name in the
                     group "specfsm.policies"
-                    test policies (tests and the GPU acceptance suite, not for production):
-                    {"name": "every", "k": 5}           (flip every k decode forwards)
-                    {"name": "random", "seed": 0, "p": 0.5, "hold": 1}
+                    the test policies every and random only with SPECFSM_TEST_POLICIES=1
   initial_mode      "SPECULATING" (default) or "PLAIN"
   log               path of the JSON transition log ("{rank}" is replaced by the TP rank; its
                     directory is created); "-" = stderr; null = structlog default
@@ -28,7 +27,14 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
   contracts_every   check the spec-state contracts on one decode forward in N (default 1)
   control_file      JSON file watched for runtime changes: {"pin": "PLAIN"} / {"policy": {...}}
   control_every     check control_file every N decode forwards (default 64)
-  resync_forwards   decode forwards RESYNCING lasts before RESYNCED (default 1)
+  resync_forwards   warm PLAIN only: decode forwards RESYNCING lasts before RESYNCED (default 1)
+  plain             "zero_tax" (default): PLAIN is one target decode forward per step, no draft
+                    work; RESYNCING catches the draft up from the lag buffer in one batched
+                    draft-extend. "warm": upstream's steps=0 (1-token verify + 1-token
+                    draft-extend every step; measured 1.7-1.9x a decode step on the H200)
+  lag_tokens        zero_tax: lag positions kept per request (default 128; a longer lag is caught
+                    up over its newest lag_tokens, older draft KV stale: counted, logged)
+  catchup_tokens    zero_tax: lag tokens one RESYNCING iteration catches up (default 8192)
   max_policy_faults faults of one policy after which it is replaced by the fixed PLAIN policy
                     (default 3)
 
@@ -41,16 +47,16 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from specfsm import FixedPolicy, Mode, Policy, ScriptedPolicy, ThresholdPolicy
-from specfsm.machine import DEFAULT_MAX_POLICY_FAULTS
-from specfsm.policies import check_policy, load_policy_factory
+from specfsm import Policy
+from specfsm.fsm.machine import DEFAULT_MAX_POLICY_FAULTS
+from specfsm.model.acceptance import parse_shape
+from specfsm.policy import registry
 
 ENV_FILE = "SPECFSM_CONFIG"
 ENV_JSON = "SPECFSM_CONFIG_JSON"
@@ -67,8 +73,10 @@ DEFAULT_POLICY: dict[str, Any] = {
     "debounce": 4,
     "min_dwell": 16,
 }
-PRODUCTION_POLICIES = ("threshold", "goodput", "fixed", "scripted")
-TEST_POLICIES = ("every", "random")
+
+
+#: PLAIN's implementations (Config.plain)
+PLAIN_KINDS = ("zero_tax", "warm")
 
 
 class ConfigError(ValueError):
@@ -139,126 +147,13 @@ def check_keys(key: str, value: Mapping[str, Any], known: tuple[str, ...]) -> No
 
 
 # ------------------------------------------------------------------------------- policies
-def _schedule(key: str, value: object) -> list[tuple[int, Mode]]:
-    if not isinstance(value, list):
-        raise ConfigError(key, f"expected a list of [iteration, mode] pairs, got {value!r:.60}")
-    out = []
-    for i, item in enumerate(value):
-        if not (isinstance(item, list) and len(item) == 2):
-            raise ConfigError(f"{key}[{i}]", f"expected [iteration, mode], got {item!r}")
-        it = check_int(f"{key}[{i}][0]", item[0], 0)
-        mode = check_choice(f"{key}[{i}][1]", item[1], ("SPECULATING", "PLAIN"))
-        out.append((it, Mode[mode]))
-    return out
-
-
-#: Built-in policies: parameter -> check, and the required parameters.
-_Check = Callable[[str, object], Any]
-_BUILTIN: dict[str, tuple[dict[str, _Check], tuple[str, ...]]] = {
-    "threshold": (
-        {
-            "high": lambda k, v: check_int(k, v, 1),
-            "low": lambda k, v: check_int(k, v, 0),
-            "debounce": lambda k, v: check_int(k, v, 1),
-            "min_dwell": lambda k, v: check_int(k, v, 0),
-            "signal": lambda k, v: check_choice(k, v, ("decode_bs", "running")),
-        },
-        ("high", "low"),
-    ),
-    "fixed": ({"speculate": lambda k, v: check_choice(k, v, (True, False))}, ("speculate",)),
-    "scripted": (
-        {
-            "schedule": _schedule,
-            "initial": lambda k, v: check_choice(k, v, ("SPECULATING", "PLAIN")),
-        },
-        ("schedule",),
-    ),
-    "every": ({"k": lambda k, v: check_int(k, v, 1)}, ("k",)),
-    "random": (
-        {
-            "seed": lambda k, v: check_int(k, v),
-            "p": lambda k, v: check_number(k, v, 0.0, 1.0),
-            "hold": lambda k, v: check_int(k, v, 1),
-        },
-        (),
-    ),
-}
-
-
-def _known_policies() -> str:
-    return (
-        f"production policies: {', '.join(PRODUCTION_POLICIES)}; test policies: "
-        f"{', '.join(TEST_POLICIES)}; or your own as 'package.module:Class' or an entry point "
-        "in group 'specfsm.policies'"
-    )
-
-
 def make_policy(spec: object, key: str = "policy") -> Policy:
-    """Build a policy from its JSON description; ConfigError ``<key>.<param>: <reason>``."""
-    spec = check_object(key, spec, 'e.g. {"name": "threshold", "high": 32, "low": 8}')
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{key}.name", f"expected a policy name ({_known_policies()})")
-    args = {k: v for k, v in spec.items() if k != "name"}
-    if name in _BUILTIN:
-        checks, required = _BUILTIN[name]
-        check_keys(key, args, ("name", *checks))
-        vals = {k: checks[k](f"{key}.{k}", v) for k, v in args.items()}
-        for req in required:
-            if req not in args:
-                raise ConfigError(f"{key}.{req}", f"required by the {name!r} policy")
-        return _build_builtin(name, vals, key)
-    if name == "goodput":
-        from specfsm.goodput import policy_from_config
-
-        try:
-            return policy_from_config(args)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(key, str(exc)) from exc
-    if ":" not in name and not _entry_point_exists(name):
-        raise ConfigError(f"{key}.name", f"unknown policy {name!r} ({_known_policies()})")
+    """Build a policy with specfsm's one registry (`specfsm.policy.registry`, its syntax and
+    names documented there); ConfigError ``<key>.<param>: <reason>``."""
     try:
-        factory = load_policy_factory(name)
-    except (LookupError, TypeError) as exc:
-        raise ConfigError(f"{key}.name", str(exc)) from exc
-    try:
-        built = factory(**args)
-    except Exception as exc:
-        raise ConfigError(
-            key, f"{name}(**{args!r:.80}) failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        return check_policy(built, name)
-    except TypeError as exc:
-        raise ConfigError(key, str(exc)) from exc
-
-
-def _entry_point_exists(name: str) -> bool:
-    from importlib.metadata import entry_points
-
-    from specfsm.policies import ENTRY_POINT_GROUP
-
-    return any(ep.name == name for ep in entry_points(group=ENTRY_POINT_GROUP))
-
-
-def _build_builtin(name: str, vals: dict[str, Any], key: str) -> Policy:
-    try:
-        if name == "threshold":
-            return ThresholdPolicy(**vals)
-        if name == "fixed":
-            return FixedPolicy(vals["speculate"])
-        if name == "scripted":
-            return ScriptedPolicy(
-                vals["schedule"], initial=Mode[vals.get("initial", "SPECULATING")]
-            )
-        if name == "every":
-            k = vals["k"]
-            return ScriptedPolicy(lambda i: (i // k) % 2 == 1, initial=Mode.SPECULATING)
-        seed, p, hold = vals.get("seed", 0), vals.get("p", 0.5), vals.get("hold", 1)
-        # rank-invariant: a pure function of (seed, iteration)
-        return ScriptedPolicy(lambda i: random.Random(seed * 1_000_003 + i // hold).random() < p)
-    except ValueError as exc:
-        raise ConfigError(key, str(exc)) from exc
+        return registry.make_policy(spec, key)
+    except registry.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from exc
 
 
 def server_shape(server_args: Any) -> tuple[int, int, int | None]:
@@ -281,8 +176,6 @@ def check_policy_shape(
     """A goodput policy is priced for one draft shape: refuse it on a server with another."""
     if not isinstance(spec, Mapping) or spec.get("name") != "goodput" or "shape" not in spec:
         return
-    from specfsm.goodput import parse_shape
-
     try:
         want = parse_shape(spec["shape"])
     except ValueError as exc:
@@ -343,6 +236,18 @@ class Config:
     max_policy_faults: int = attrs.field(
         default=DEFAULT_MAX_POLICY_FAULTS, validator=_v(lambda k, v: check_int(k, v, 1))
     )
+    #: "zero_tax": PLAIN runs one target decode forward per step and nothing else; the draft
+    #: catches up in RESYNCING from the lag buffer. "warm": upstream's steps=0 (a 1-token
+    #: verify + a 1-token draft-extend per step, the draft never lags).
+    plain: str = attrs.field(
+        default="zero_tax", validator=_v(lambda k, v: check_choice(k, v, PLAIN_KINDS))
+    )
+    #: positions of lag kept per request (ring); a request that lags by more is caught up
+    #: over its newest lag_tokens positions ("cold": older draft KV stays stale), counted
+    lag_tokens: int = attrs.field(default=128, validator=_v(lambda k, v: check_int(k, v, 1)))
+    #: lag tokens one RESYNCING iteration catches up at most (more: RESYNCING spans several
+    #: iterations, serving plainly meanwhile); must exceed the largest decode batch
+    catchup_tokens: int = attrs.field(default=8192, validator=_v(lambda k, v: check_int(k, v, 2)))
 
     @policy.validator
     def _check_policy(self, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -367,32 +272,13 @@ def requested(environ: Mapping[str, str] | None = None) -> bool:
     return any(env.get(k) for k in (ENV_FILE, ENV_JSON, ENV_POLICY))
 
 
-def _shorthand_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text  # a bare word stays a string; the schema then says what it expected
-
-
 def parse_shorthand(text: str) -> dict[str, Any]:
-    """`threshold:high=32,low=8` -> {"name": "threshold", "high": 32, "low": 8}."""
-    parts = text.split(":")
-    i = 0
-    while i < len(parts) and "=" not in parts[i]:
-        i += 1  # a plugin's dotted path keeps its own ':' ("mypkg.mod:Cls:k=1")
-    name, rest = ":".join(parts[:i]).strip(), ":".join(parts[i:])
-    if not name:
-        raise ConfigError(ENV_POLICY, f"expected name:key=value,... , got {text!r}")
-    head, colon, tail = name.partition(":")
-    if colon and (head in _BUILTIN or head == "goodput"):
-        raise ConfigError(ENV_POLICY, f"expected key=value, got {tail!r} in {text!r}")
-    out: dict[str, Any] = {"name": name}
-    for item in filter(None, (x.strip() for x in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(ENV_POLICY, f"expected key=value, got {item!r} in {text!r}")
-        out[key.strip()] = _shorthand_value(value.strip())
-    return out
+    """`threshold:high=32,low=8` -> {"name": "threshold", "high": 32, "low": 8} (the registry's
+    shorthand, `specfsm.policy.registry`)."""
+    try:
+        return registry.parse_shorthand(text, ENV_POLICY)
+    except registry.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from exc
 
 
 def _read_file(path: str) -> Any:

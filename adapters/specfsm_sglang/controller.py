@@ -39,8 +39,8 @@ from specfsm import (
     TransitionRecord,
     json_logger,
 )
-from specfsm.actions import action_name
-from specfsm.contracts import Violation, describe
+from specfsm.fsm.actions import action_name
+from specfsm.fsm.contracts import Violation, describe
 from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.config import Config, ConfigError, make_policy
@@ -272,7 +272,7 @@ class Controller:
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
         rank that exports SGLang's scheduler series; None: this rank exports nothing."""
-        from specfsm.machine import policy_name
+        from specfsm.fsm.machine import policy_name
         from specfsm_sglang import metrics
 
         if self.metrics is not None:

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from specfsm import Mode
+
 DEFAULT_RAMP = ((2, "few"), (16, "many"), (2, "few"))
 
 
@@ -133,7 +135,13 @@ def report(results: list[PhaseResult], out: TextIO = sys.stdout) -> None:
     out.flush()
 
 
-GLYPH = {"SPECULATING": "S", "DRAINING": "d", "PLAIN": "p", "RESYNCING": "r"}
+GLYPH = {Mode.SPECULATING: "S", Mode.DRAINING: "d", Mode.PLAIN: "p", Mode.RESYNCING: "r"}
+
+
+def _glyph(name: str) -> str:
+    """The timeline glyph of a mode as the log writes it ("?" for anything else)."""
+    mode = Mode.__members__.get(name)
+    return GLYPH[mode] if mode is not None else "?"
 
 
 def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
@@ -149,7 +157,7 @@ def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
     obs = [x for x in lines if x.get("event") == "specfsm.observation"]
     trans = [x for x in lines if x.get("event") == "specfsm.transition"]
     if obs:
-        modes = "".join(GLYPH.get(x["mode"], "?") for x in obs)
+        modes = "".join(_glyph(x["mode"]) for x in obs)
         peak = max(1, max(x["bs"] for x in obs))
         load = "".join(str(min(9, round(9 * x["bs"] / peak))) for x in obs)
         out.write(
@@ -406,6 +414,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if engine is not None:
             engine.shutdown()
+
+
+def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `specfsm demo` subcommand (entry point ``specfsm.cli: demo``)."""
+    from specfsm.cli import add_command
+
+    add_command(
+        subparsers,
+        "demo",
+        "real SGLang on CPU: tiny target + EAGLE-3 draft under a load ramp",
+        main,
+    )
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@
 Reads an acceptance-suite results folder (``results_none.jsonl``: no speculation;
 ``results_agree_*.jsonl``: the EAGLE engines whose draft agrees at a known rate, each cell run
 pinned SPECULATING, pinned PLAIN and under the threshold policy) and prices every cell with the
-simulator's per-iteration cost model (``specfsm.costs.CostModel``, the code ``specfsm.sim``
-charges each iteration with) on the in-engine table, at the accept length measured in that
-cell. A sweep cell is a closed batch of c requests decoding together, measured end to end as
-(tokens of L2 - L1 new tokens) / (wall(L2) - wall(L1)), so prefill is excluded on both sides.
+simulator's per-iteration cost model (``specfsm.model.costs.CostModel``, the code
+``specfsm.sim.engine`` charges each iteration with) on the in-engine table, at the accept length
+measured in that cell. A sweep cell is a closed batch of c requests decoding together, measured
+end to end as (tokens of L2 - L1 new tokens) / (wall(L2) - wall(L1)), so prefill is excluded on
+both sides.
 
 Prints a table (markdown) and the ratios; ``--summary`` appends ``sim_vs_engine_*`` lines to a
 ``specfsm_summary.txt``. Caveat printed with the table: the in-engine table's draft rows are
@@ -22,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specfsm.acceptance import DraftShape
-from specfsm.costs import CostModel, load_table
+from specfsm.model.acceptance import DraftShape
+from specfsm.model.costs import CostModel, load_table
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from specfsm.log import ACTION_FAILED, OBSERVATION, POLICY_FAILED, POLICY_REPLACED, TRANSITION
+from specfsm.fsm.log import ACTION_FAILED, OBSERVATION, POLICY_FAILED, POLICY_REPLACED, TRANSITION
 from specfsm.logtools.reader import CONTRACT_EVENTS, LogSet
 
 ENV_KEYS = ("SPECFSM_CONFIG", "SPECFSM_CONFIG_JSON", "SPECFSM_POLICY", "SPECFSM_LOG")
@@ -83,7 +83,7 @@ def _tail(logs: LogSet, events: Sequence[str], n: int) -> list[dict[str, Any]]:
 
 
 def collect(paths: Sequence[str], logs: LogSet | None, last: int) -> dict[str, Any]:
-    from specfsm.diagram import render
+    from specfsm.fsm.diagram import render
 
     data: dict[str, Any] = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

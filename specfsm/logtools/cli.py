@@ -10,7 +10,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from specfsm.cli import ArgParser, UsageError, positive_int, require_extra
+from specfsm.cli.args import ArgParser, UsageError, draft_shape, positive_int, require_extra
+from specfsm.cli.main import add_command
 from specfsm.logtools.reader import LogSet, read_logs
 
 DEFAULT_TABLE = "h200_sglang0517_llama8b"
@@ -108,12 +109,12 @@ def timeline_main(argv: list[str]) -> int:
 
 
 def replay_main(argv: list[str]) -> int:
-    from specfsm.acceptance import DraftShape
-    from specfsm.cli import accept_len
-    from specfsm.costs import PLAIN_VARIANTS
+    from specfsm.cli.args import accept_len
     from specfsm.logtools.replay import format_replay, replay
-    from specfsm.policy_cli import cost_model, parse_shape
-    from specfsm.policy_spec import PolicySpecError, make_policy, parse_spec
+    from specfsm.model.acceptance import DraftShape
+    from specfsm.model.costs import PLAIN_VARIANTS
+    from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
+    from specfsm.sim.tune import cost_model
 
     p = ArgParser(prog="specfsm logs replay", description="recorded inputs, another policy")
     _logs_arg(p)
@@ -126,7 +127,7 @@ def replay_main(argv: list[str]) -> int:
     p.add_argument("--table", default=DEFAULT_TABLE, help=f"cost table (default {DEFAULT_TABLE})")
     p.add_argument(
         "--shape",
-        type=parse_shape,
+        type=draft_shape,
         default=None,
         help="draft shape (default: the log's config line, else chain3)",
     )
@@ -229,3 +230,9 @@ def bundle_main(argv: list[str] | None = None) -> int:
         raise UsageError(f"-o {a.out}: cannot write: {exc.strerror}") from None
     print(f"wrote {a.out}")
     return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `logs` and `bundle` subcommands."""
+    add_command(subparsers, "logs", "transition logs: summary, timeline, replay", logs_main)
+    add_command(subparsers, "bundle", "config, versions, log tail: bug report", bundle_main)

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import attrs
 
-from specfsm.log import (
+from specfsm.fsm.log import (
     ACTION_FAILED,
     CONFIG,
     OBSERVATION,
@@ -31,7 +31,7 @@ from specfsm.log import (
     POLICY_REPLACED,
     TRANSITION,
 )
-from specfsm.table import Event, Mode
+from specfsm.fsm.table import Event, Mode
 
 KNOWN_EVENTS = (CONFIG, TRANSITION, OBSERVATION, ACTION_FAILED, POLICY_FAILED, POLICY_REPLACED)
 _MODES = frozenset(m.value for m in Mode)

@@ -24,13 +24,13 @@ from typing import Any
 
 import attrs
 
-from specfsm.costs import PLAIN_WARM, CostModel
-from specfsm.log import TransitionLog
+from specfsm.fsm.decision import Policy
+from specfsm.fsm.log import TransitionLog
+from specfsm.fsm.machine import SpecFSM, TransitionRecord
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
 from specfsm.logtools.reader import Record, Run
-from specfsm.machine import SpecFSM, TransitionRecord
-from specfsm.observation import Observation
-from specfsm.policies import Policy
-from specfsm.table import Event, Mode
+from specfsm.model.costs import PLAIN_WARM, CostModel
 
 
 class _Quiet:

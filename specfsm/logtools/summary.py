@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
+from specfsm.fsm.table import Mode
 from specfsm.logtools.reader import Engine, LogSet, Record, Run
-from specfsm.table import Mode
 
 SWITCH_TRIGGERS = frozenset({"LOAD_HIGH", "LOAD_LOW", "FAULT"})
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")

@@ -86,7 +86,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specfsm.timeline_plot import draw_mode_timeline
+    from specfsm.logtools.timeline_plot import draw_mode_timeline
 
     panels = [
         (eng.name, rank, run)

@@ -17,7 +17,7 @@ from specfsm_sglang.config import MAX_CONTROL_BYTES, resolve
 from specfsm_sglang.controller import Controller
 
 from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM, ThresholdPolicy
-from specfsm.testing import RecordingActions, capturing_log
+from specfsm.fsm.testing import RecordingActions, capturing_log
 
 
 def controller(path: Path | str) -> tuple[Controller, list[Any]]:

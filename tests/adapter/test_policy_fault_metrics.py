@@ -13,7 +13,7 @@ from specfsm_sglang import metrics
 from specfsm_sglang.controller import Controller
 
 from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM
-from specfsm.testing import RecordingActions, capturing_log
+from specfsm.fsm.testing import RecordingActions, capturing_log
 
 
 class Raises(FixedPolicy):

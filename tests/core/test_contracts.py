@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from specfsm import Contracts, Mode, SpecStateError
-from specfsm.contracts import describe, equals, has_dim, is_instance, is_none
+from specfsm.fsm.contracts import describe, equals, has_dim, is_instance, is_none
 
 
 @attrs.frozen

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from specfsm import TRANSITIONS
 from specfsm.cli import main
-from specfsm.diagram import TITLE, doc_block, edge_table, mermaid_hash, render
-from specfsm.table import EVENT_SOURCES
+from specfsm.fsm.diagram import TITLE, doc_block, edge_table, mermaid_hash, render
+from specfsm.fsm.table import EVENT_SOURCES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "state-machine.md"
 SVG = DOC.parent / "img" / "state-machine.svg"

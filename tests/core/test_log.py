@@ -17,7 +17,7 @@ from specfsm import (
     TransitionLog,
     json_logger,
 )
-from specfsm.testing import RecordingActions, capture_transitions, capturing_log
+from specfsm.fsm.testing import RecordingActions, capture_transitions, capturing_log
 
 
 def test_transition_line_fields() -> None:

@@ -15,7 +15,7 @@ from specfsm import (
     TransitionLog,
     json_logger,
 )
-from specfsm.testing import RecordingActions
+from specfsm.fsm.testing import RecordingActions
 
 
 def _lines(buf: io.StringIO) -> list[dict[str, object]]:

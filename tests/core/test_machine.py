@@ -18,8 +18,8 @@ from specfsm import (
     SpecFSM,
     SpecFSMError,
 )
-from specfsm.actions import action_name
-from specfsm.testing import RecordingActions, capturing_log
+from specfsm.fsm.actions import action_name
+from specfsm.fsm.testing import RecordingActions, capturing_log
 
 PAIRS = list(itertools.product(Mode, Event))
 

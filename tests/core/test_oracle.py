@@ -9,7 +9,7 @@ import pytest
 from transitions import Machine, MachineError
 
 from specfsm import TRANSITIONS, Event, InvalidTransition, Mode, SpecFSM
-from specfsm.testing import capturing_log
+from specfsm.fsm.testing import capturing_log
 
 
 def oracle(initial: Mode) -> Any:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM, TransitionLog, json_logger
-from specfsm.errors import PolicyError, SpecFSMError
-from specfsm.machine import policy_name
-from specfsm.testing import RecordingActions, capturing_log
+from specfsm.fsm.errors import PolicyError, SpecFSMError
+from specfsm.fsm.machine import policy_name
+from specfsm.fsm.testing import RecordingActions, capturing_log
 
 
 class Returns:
@@ -145,13 +145,13 @@ def test_bad_limit_refused() -> None:
 def test_plugin_loader_dotted_path_and_errors() -> None:
     """load_policy_factory resolves 'module:Attr'; unknown modules, attributes and entry
     points are LookupErrors naming what was tried; check_policy names missing members."""
-    from specfsm.policies import check_policy, load_policy_factory
+    from specfsm.policy.plugins import check_policy, load_policy_factory
 
-    assert load_policy_factory("specfsm.policies:FixedPolicy") is FixedPolicy
+    assert load_policy_factory("specfsm.policy.simple:FixedPolicy") is FixedPolicy
     with pytest.raises(LookupError, match="cannot import 'nope_mod'"):
         load_policy_factory("nope_mod:X")
     with pytest.raises(LookupError, match="has no attribute 'Nope'"):
-        load_policy_factory("specfsm.policies:Nope")
+        load_policy_factory("specfsm.policy.simple:Nope")
     with pytest.raises(LookupError, match=r"group .specfsm\.policies."):
         load_policy_factory("no-such-entry-point")
     with pytest.raises(TypeError, match="lacks decide, describe"):

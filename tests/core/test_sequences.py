@@ -14,8 +14,8 @@ from specfsm import (
     ModeActionError,
     SpecFSM,
 )
-from specfsm.actions import action_name
-from specfsm.testing import RecordingActions, capturing_log
+from specfsm.fsm.actions import action_name
+from specfsm.fsm.testing import RecordingActions, capturing_log
 
 ACTION_NAMES = [action_name(k, m) for m in Mode for k in ("enter", "exit")]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from specfsm import Mode
-from specfsm.walkthrough import run
+from specfsm.cli.walkthrough import run
 
 
 def test_walkthrough_visits_all_modes() -> None:

@@ -25,7 +25,7 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
     from specfsm_sglang.consensus import GlobalLoad, broadcast_object, check_agreement
 
     from specfsm import Event, Mode, Observation, SpecFSM, ThresholdPolicy
-    from specfsm.testing import capturing_log
+    from specfsm.fsm.testing import capturing_log
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -50,9 +50,9 @@ def _rank_main(rank: int, port: int, seed: int, q: Any) -> None:
         local = rng.randrange(0, 30)
         step(fsm, it, Observation(iteration=it, decode_bs=load(local), rank=rank))
     # a context-aware GoodputPolicy: batch size and KV lengths made global in one all-reduce
-    from specfsm.acceptance import DraftShape
-    from specfsm.costs import CostModel, load_table
-    from specfsm.goodput import GoodputPolicy
+    from specfsm.model.acceptance import DraftShape
+    from specfsm.model.costs import CostModel, load_table
+    from specfsm.policy.goodput import GoodputPolicy
 
     table = load_table("h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096")
     # zero-tax PLAIN: against the measured warm PLAIN (2x a decode step) it would never switch

@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from specfsm.machine import machine_config
-from specfsm.table import EVENT_SOURCES, INITIAL_MODE, TRANSITIONS, Event, Mode
+from specfsm.fsm.machine import machine_config
+from specfsm.fsm.table import EVENT_SOURCES, INITIAL_MODE, TRANSITIONS, Event, Mode
 
 FORMATS = ("mermaid", "dot")
 TITLE = "specfsm modes and events, generated from specfsm.TRANSITIONS"
@@ -24,12 +24,12 @@ TITLE = "specfsm modes and events, generated from specfsm.TRANSITIONS"
 
 def render(fmt: str = "mermaid") -> str:
     """The diagram source in `fmt` ("mermaid" needs nothing; "dot" needs the `graphviz`
-    Python package: without it `specfsm.cli.MissingExtra`, never transitions' silent fallback
+    Python package: without it `specfsm._extras.MissingExtra`, never transitions' silent fallback
     to Mermaid)."""
     if fmt not in FORMATS:
         raise ValueError(f"diagram format must be one of {FORMATS}, got {fmt!r}")
     if fmt == "dot":
-        from specfsm.cli import require_extra
+        from specfsm._extras import require_extra
 
         require_extra("--format dot", "diagram", "graphviz")
     from transitions.extensions.diagrams import GraphMachine

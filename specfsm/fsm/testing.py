@@ -9,9 +9,10 @@ from typing import Any
 import structlog
 from structlog.testing import LogCapture
 
-from specfsm.actions import TransitionInfo, action_name
-from specfsm.log import TransitionLog
-from specfsm.table import Mode
+from specfsm.fsm.actions import action_name
+from specfsm.fsm.log import TransitionLog
+from specfsm.fsm.record import TransitionInfo
+from specfsm.fsm.table import Mode
 
 
 class RecordingActions:

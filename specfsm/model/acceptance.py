@@ -20,6 +20,8 @@ Pure Python; no numpy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 
@@ -115,3 +117,44 @@ def alpha_from_accept_length(accept_len: float, shape: DraftShape, rho: float = 
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+#: Named shapes: the chain of 3 and the tree (topk 4, 2 steps, 16 tokens) that the packaged
+#: tables measure.
+NAMED_SHAPES: dict[str, DraftShape] = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
+
+#: The shape syntax, for error messages and docs (the one syntax every config and command uses).
+SHAPE_SYNTAX = (
+    "'chainN' (e.g. 'chain3'), 'tree' (topk 4, 2 steps, 16 draft tokens), "
+    "'topk,steps,draft_tokens' or a [topk, steps, draft_tokens] list"
+)
+
+
+def parse_shape(shape: object) -> DraftShape:
+    """A DraftShape from "chainN" | "tree" | "topk,steps,draft_tokens" | [topk, steps,
+    draft_tokens] | {"topk": .., "steps": .., "draft_tokens": ..} (or a DraftShape).
+
+    Case and spaces in a string do not matter. ValueError names the shape and the syntax.
+    """
+    try:
+        if isinstance(shape, DraftShape):
+            return shape
+        if isinstance(shape, str):
+            text = shape.strip().lower().replace(" ", "")
+            if text in NAMED_SHAPES:
+                return NAMED_SHAPES[text]
+            if text.startswith("chain") and text[5:].isdigit():
+                return DraftShape.chain(int(text[5:]))
+            parts = text.split(",")
+            if len(parts) == 3:
+                return DraftShape(*(int(x) for x in parts))
+        elif isinstance(shape, Mapping):
+            extra = set(shape) - {"topk", "steps", "draft_tokens"}
+            if extra:
+                raise ValueError(f"unknown keys {sorted(extra)}")
+            return DraftShape(int(shape["topk"]), int(shape["steps"]), int(shape["draft_tokens"]))
+        elif isinstance(shape, (list, tuple)) and len(shape) == 3:
+            return DraftShape(*(int(x) for x in shape))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise ValueError(f"bad draft shape {shape!r}: {exc}") from exc
+    raise ValueError(f"bad draft shape {shape!r}: use {SHAPE_SYNTAX}")

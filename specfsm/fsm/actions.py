@@ -14,20 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import attrs
-
-from specfsm.table import Event, Mode
-
-
-@attrs.frozen(slots=True)
-class TransitionInfo:
-    """What an action is told about the transition it runs in."""
-
-    src: Mode
-    dst: Mode
-    event: Event
-    iteration: int
-
+from specfsm.fsm.record import TransitionInfo
+from specfsm.fsm.table import Mode
 
 Action = Callable[[TransitionInfo], None]
 

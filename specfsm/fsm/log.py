@@ -34,8 +34,8 @@ from typing import IO, Any, TextIO, cast
 
 import structlog
 
-from specfsm.observation import Observation
-from specfsm.table import Event, Mode
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
 
 CONFIG = "specfsm.config"
 TRANSITION = "specfsm.transition"

@@ -16,8 +16,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from specfsm.errors import SpecStateError
-from specfsm.table import Mode
+from specfsm.fsm.errors import SpecStateError
+from specfsm.fsm.table import Mode
 
 S = TypeVar("S")
 

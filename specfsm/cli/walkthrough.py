@@ -3,15 +3,18 @@ ThresholdPolicy, the engine's completion events played by a toy engine. No SGLan
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import IO
 
-from specfsm.log import TransitionLog, json_logger
-from specfsm.machine import SpecFSM
-from specfsm.observation import Observation
-from specfsm.policies import ThresholdPolicy
-from specfsm.table import Event, Mode
-from specfsm.testing import RecordingActions
+from specfsm.cli.args import ArgParser
+from specfsm.cli.main import add_command
+from specfsm.fsm.log import TransitionLog, json_logger
+from specfsm.fsm.machine import SpecFSM
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
+from specfsm.fsm.testing import RecordingActions
+from specfsm.policy.simple import ThresholdPolicy
 
 GLYPH = {Mode.SPECULATING: "S", Mode.DRAINING: "d", Mode.PLAIN: ".", Mode.RESYNCING: "r"}
 
@@ -45,3 +48,17 @@ def run(out: IO[str] = sys.stdout, log_to: IO[str] | None = None) -> list[Mode]:
         print(f"  {i:4d} {line[i : i + 80]}", file=out)
     print(f"actions run: {len(actions.calls)}; transitions: {fsm.transitions}", file=out)
     return modes
+
+
+def main(argv: list[str]) -> int:
+    ArgParser(
+        prog="specfsm walkthrough", description="simulated load ramp through the real FSM"
+    ).parse_args(argv)
+    run()
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add_command(
+        subparsers, "walkthrough", "simulated load ramp through the FSM, with its JSON log", main
+    )

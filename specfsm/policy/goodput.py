@@ -34,8 +34,8 @@ h200_sglang0517_llama8b_ctx4096"``) both goodputs are priced at the iteration's 
 alpha 0.6 is 44 at 1024 tokens and 15 at 4096, so one context-blind setting is wrong by ~3x
 somewhere. A single-context table, or `mean_ctx` 0 (unknown), uses the configured context.
 
-`policy_from_config(dict)` builds one from a JSON-style description (the SGLang adapter's
-``{"name": "goodput", ...}`` policy).
+The policy registry (`specfsm.policy.registry`) builds one from its JSON-style description
+(``{"name": "goodput", ...}``, or the shorthand ``goodput:shape=chain3,accept_len=2.5``).
 
 Inputs are `decode_bs`, `mean_ctx` and `accept_lens` only (identical on every TP/DP rank), so
 ranks agree.
@@ -47,13 +47,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specfsm.acceptance import DraftShape
-from specfsm.costs import PLAIN_VARIANTS, PLAIN_WARM, SHARED_REF, CostModel, load_table
-from specfsm.observation import Observation
-from specfsm.table import Event, Mode
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
+from specfsm.model.acceptance import parse_shape
+from specfsm.model.costs import PLAIN_VARIANTS, PLAIN_WARM, SHARED_REF, CostModel, load_table
+from specfsm.policy.base import Hysteresis
 
 
-class GoodputPolicy:
+class GoodputPolicy(Hysteresis):
     """Pick the mode with the higher predicted goodput; hysteresis margin, debounce, dwell."""
 
     def __init__(
@@ -85,13 +86,12 @@ class GoodputPolicy:
             raise ValueError(f"GoodputPolicy: ctx_bucket must be >= 1: {ctx_bucket}")
         if relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {relax_half_life}")
+        super().__init__(debounce, min_dwell)
         self.cost = cost
         self.prior_accept_len = float(accept_len)
         self.ema_accept_len = float(accept_len)
         self.ema_alpha = ema_alpha
         self.margin = margin
-        self.debounce = debounce
-        self.min_dwell = min_dwell
         self.horizon = horizon
         self.lag_cap = lag_cap
         self.relax_half_life = relax_half_life
@@ -101,10 +101,6 @@ class GoodputPolicy:
         #: fraction of (prior - estimate) recovered per PLAIN iteration (0: never)
         self._relax = 1.0 - 0.5 ** (1.0 / relax_half_life) if relax_half_life else 0.0
         self.plain = plain
-        self.last_reason = ""
-        self._mode: Mode | None = None
-        self._since = 0
-        self._streak = 0
         self._cache: dict[tuple[int, int], tuple[float, float]] = {}  # (bs, ctx) -> (off, spec) ms
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
 
@@ -142,10 +138,7 @@ class GoodputPolicy:
         return 1000.0 * bs / p_ms, 1000.0 * bs * acc / s_ms
 
     def decide(self, mode: Mode, obs: Observation) -> Event | None:
-        if mode is not self._mode:
-            self._mode = mode
-            self._since = obs.iteration
-            self._streak = 0
+        self._seen(mode, obs.iteration)
         if mode is Mode.SPECULATING and obs.accept_lens:
             n = len(obs.accept_lens)
             w = self._weights.get(n)
@@ -172,21 +165,20 @@ class GoodputPolicy:
                 past = saved > self._model(ctx).catchup_ms(bs, lag)
         else:
             past = plain > spec * (1.0 + self.margin)
-        self._streak = self._streak + 1 if past else 0
-        if self._streak < self.debounce or obs.iteration - self._since < self.min_dwell:
+        ev = self._confirm(past, mode, obs.iteration)
+        if ev is None:
             return None
-        self._streak = 0
         if mode is Mode.PLAIN:
             self.last_reason = (
                 f"goodput: spec {spec:.0f} > plain {plain:.0f} tok/s x (1+{self.margin}) at "
                 f"bs={bs}, ctx={ctx}, accept_len={self.ema_accept_len:.2f}"
             )
-            return Event.LOAD_LOW
-        self.last_reason = (
-            f"goodput: plain {plain:.0f} > spec {spec:.0f} tok/s x (1+{self.margin}) at "
-            f"bs={bs}, ctx={ctx}, accept_len={self.ema_accept_len:.2f}"
-        )
-        return Event.LOAD_HIGH
+        else:
+            self.last_reason = (
+                f"goodput: plain {plain:.0f} > spec {spec:.0f} tok/s x (1+{self.margin}) at "
+                f"bs={bs}, ctx={ctx}, accept_len={self.ema_accept_len:.2f}"
+            )
+        return ev
 
     def describe(self) -> dict[str, object]:
         return {
@@ -206,7 +198,7 @@ class GoodputPolicy:
         }
 
 
-#: GoodputPolicy's keyword parameters that `policy_from_config` passes through.
+#: GoodputPolicy's keyword parameters that `goodput_from_args` passes through.
 _KEYWORDS: dict[str, type] = {
     "ema_alpha": float,
     "margin": float,
@@ -218,36 +210,6 @@ _KEYWORDS: dict[str, type] = {
     "ctx_bucket": int,
     "plain": str,
 }
-
-
-def parse_shape(shape: Any) -> DraftShape:
-    """A DraftShape from "chainN" | "tree" (topk 4, 2 steps, 16 tokens) | "topk,steps,tokens"
-    | [topk, steps, tokens] | {"topk": .., "steps": .., "draft_tokens": ..}."""
-    try:
-        if isinstance(shape, DraftShape):
-            return shape
-        if isinstance(shape, str):
-            text = shape.strip().lower().replace(" ", "")
-            if text == "tree":
-                return DraftShape(4, 2, 16)
-            if text.startswith("chain") and text[5:].isdigit():
-                return DraftShape.chain(int(text[5:]))
-            parts = text.split(",")
-            if len(parts) == 3:
-                return DraftShape(*(int(x) for x in parts))
-        elif isinstance(shape, Mapping):
-            extra = set(shape) - {"topk", "steps", "draft_tokens"}
-            if extra:
-                raise ValueError(f"unknown keys {sorted(extra)}")
-            return DraftShape(int(shape["topk"]), int(shape["steps"]), int(shape["draft_tokens"]))
-        elif isinstance(shape, (list, tuple)) and len(shape) == 3:
-            return DraftShape(*(int(x) for x in shape))
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ValueError(f"bad draft shape {shape!r}: {exc}") from exc
-    raise ValueError(
-        f"bad draft shape {shape!r}: use 'chainN' (e.g. 'chain3'), 'tree' (topk 4, 2 steps, "
-        "16 draft tokens), 'topk,steps,draft_tokens' or a [topk, steps, draft_tokens] list"
-    )
 
 
 def _number(key: str, value: Any, kind: type) -> Any:
@@ -264,8 +226,8 @@ def _number(key: str, value: Any, kind: type) -> Any:
     return float(value)
 
 
-def policy_from_config(args: Mapping[str, Any]) -> GoodputPolicy:
-    """Build a GoodputPolicy from a JSON-style mapping (the SGLang adapter's "goodput" policy).
+def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
+    """Build a GoodputPolicy from its JSON-style arguments (the registry's "goodput" entry).
 
     Keys: ``table`` (a packaged table name or a CSV path, or a list of them / "a+b" merged into
     one table, e.g. the same engine at two context lengths; default the shared H200 reference),

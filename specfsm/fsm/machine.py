@@ -32,16 +32,34 @@ from typing import Any
 import attrs
 from transitions import Machine
 
-from specfsm.actions import ModeActions, NoopActions, TransitionInfo, action_name, bind_actions
-from specfsm.errors import InvalidTransition, MachineFailed, ModeActionError, PolicyError
-from specfsm.log import TransitionLog
-from specfsm.observation import Observation
-from specfsm.policies import FixedPolicy, Policy
-from specfsm.table import INITIAL_MODE, LOAD_EVENTS, SAFE_MODE, TRANSITIONS, Event, Mode
+from specfsm.fsm.actions import ModeActions, NoopActions, action_name, bind_actions
+from specfsm.fsm.decision import FixedPolicy, Policy, policy_name
+from specfsm.fsm.errors import InvalidTransition, MachineFailed, ModeActionError, PolicyError
+from specfsm.fsm.log import TransitionLog
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.record import TransitionRecord
+from specfsm.fsm.table import INITIAL_MODE, LOAD_EVENTS, SAFE_MODE, TRANSITIONS, Event, Mode
 
-# `transitions` logs 12 lines per transition, 4 of them at INFO; SGLang runs the root logger at
-# INFO, which would cost ~40 us and flood the console per switch.
-logging.getLogger("transitions").setLevel(logging.WARNING)
+__all__ = [
+    "DEFAULT_MAX_POLICY_FAULTS",
+    "SpecFSM",
+    "TransitionRecord",
+    "machine_config",
+    "policy_name",
+]
+
+
+def quiet_transitions_logger() -> None:
+    """Raise the `transitions` logger to WARNING unless someone configured its level.
+
+    `transitions` logs 12 lines per transition, 4 of them at INFO; SGLang runs the root logger
+    at INFO, which would cost ~40 us and flood the console per switch. Called when a SpecFSM is
+    built (never at import), and an explicit level set by the application wins.
+    """
+    logger = logging.getLogger("transitions")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+
 
 _LOAD_HIGH = Event.LOAD_HIGH  # module-level aliases: identity checks on the per-iteration path
 _LOAD_LOW = Event.LOAD_LOW
@@ -50,26 +68,11 @@ _LOAD_LOW = Event.LOAD_LOW
 DEFAULT_MAX_POLICY_FAULTS = 3
 
 
-@attrs.frozen(slots=True)
-class TransitionRecord:
-    """One completed transition, as handed to listeners (metrics, timelines)."""
-
-    iteration: int
-    src: Mode
-    dst: Mode
-    event: Event
-    reason: str
-    exit_us: float | None
-    enter_us: float | None
-    monotonic_s: float
-
-
 @attrs.define(slots=True)
 class _Pending:
     """Per-transition scratch state shared with the `transitions` callbacks."""
 
-    info: TransitionInfo
-    reason: str
+    info: TransitionRecord
     obs: Observation | None
     exit_us: float | None = None
     enter_us: float | None = None
@@ -126,6 +129,7 @@ class SpecFSM:
         self.last_policy_error: PolicyError | None = None
         self._actions = bind_actions(actions if actions is not None else NoopActions())
         self.log = log if log is not None else TransitionLog()
+        quiet_transitions_logger()
         self._observe_every = observe_every
         self._observe_seconds = observe_seconds
         self._next_observe_t = 0.0
@@ -272,7 +276,7 @@ class SpecFSM:
         if dst is None:
             raise InvalidTransition(src, event)
         iteration = obs.iteration if obs is not None else self.iteration
-        pending = _Pending(TransitionInfo(src, dst, event, iteration), reason, obs)
+        pending = _Pending(TransitionRecord(iteration, src, dst, event, reason), obs)
         self._fire(pending)
         if self._failed is not None:
             self._raise_failed()
@@ -304,21 +308,14 @@ class SpecFSM:
             src=info.src,
             dst=info.dst,
             event=info.event,
-            reason=pending.reason,
+            reason=info.reason,
             obs=pending.obs,
             exit_us=pending.exit_us,
             enter_us=pending.enter_us,
         )
         if self.listeners:
-            record = TransitionRecord(
-                info.iteration,
-                info.src,
-                info.dst,
-                info.event,
-                pending.reason,
-                pending.exit_us,
-                pending.enter_us,
-                now,
+            record = attrs.evolve(
+                info, exit_us=pending.exit_us, enter_us=pending.enter_us, monotonic_s=now
             )
             for listener in self.listeners:
                 listener(record)
@@ -373,8 +370,13 @@ class SpecFSM:
             raise err
         here: Mode = self._model.mode
         fault = _Pending(
-            TransitionInfo(here, SAFE_MODE, Event.FAULT, pending.info.iteration),
-            f"{pending.failed_action or 'transition'} failed: {type(err).__name__}: {err}",
+            TransitionRecord(
+                pending.info.iteration,
+                here,
+                SAFE_MODE,
+                Event.FAULT,
+                f"{pending.failed_action or 'transition'} failed: {type(err).__name__}: {err}",
+            ),
             pending.obs,
         )
         self._in_fault = True
@@ -401,15 +403,3 @@ class SpecFSM:
             "observe_every": self._observe_every,
             "observe_seconds": self._observe_seconds,
         }
-
-
-def policy_name(policy: object) -> str:
-    """A policy's name for log lines: describe()["policy"] when that works, else its class."""
-    try:
-        desc = policy.describe()  # type: ignore[attr-defined]
-        name = desc.get("policy") if isinstance(desc, dict) else None
-        if isinstance(name, str) and name:
-            return name
-    except Exception:
-        pass
-    return type(policy).__name__

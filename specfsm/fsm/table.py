@@ -130,6 +130,51 @@ TRANSITIONS: Final[Mapping[Mode, Mapping[Event, Mode]]] = MappingProxyType(
 )
 
 
+#: Events the engine adapter emits when a mode's work is done (no policy, no fault).
+COMPLETION_EVENTS: Final = frozenset({Event.DRAINED, Event.RESYNCED})
+
+#: The two modes a policy may aim for: speculating, or not.
+TARGET_MODES: Final = (Mode.SPECULATING, Mode.PLAIN)
+
+
 def legal_events(mode: Mode) -> frozenset[Event]:
     """The events the table accepts in `mode`."""
     return frozenset(TRANSITIONS[mode])
+
+
+def _settles_in(mode: Mode) -> Mode:
+    """Where `mode` ends up by completion events alone (the engine finishing its work)."""
+    seen = {mode}
+    while True:
+        nxt = [dst for ev, dst in TRANSITIONS[mode].items() if ev in COMPLETION_EVENTS]
+        if not nxt or nxt[0] in seen:
+            return mode
+        mode = nxt[0]
+        seen.add(mode)
+
+
+def _derive_toward() -> Mapping[tuple[Mode, Mode], Event | None]:
+    """TOWARD, read off TRANSITIONS: in each mode, the load event whose destination settles in
+    the target mode by completion events alone; None when no load event of `mode` does."""
+    out: dict[tuple[Mode, Mode], Event | None] = {}
+    for mode, row in TRANSITIONS.items():
+        for target in TARGET_MODES:
+            found = [
+                ev for ev, dst in row.items() if ev in LOAD_EVENTS and _settles_in(dst) is target
+            ]
+            if len(found) > 1:
+                raise AssertionError(f"table: {mode} has two load events toward {target}: {found}")
+            out[(mode, target)] = found[0] if found else None
+    return MappingProxyType(out)
+
+
+#: (mode, target) -> the load event a policy emits to move toward `target` (SPECULATING or
+#: PLAIN), or None (already there, or DRAINING: the drain always completes first). Derived
+#: from TRANSITIONS, so a policy names where it wants to go and the table decides how.
+TOWARD: Final[Mapping[tuple[Mode, Mode], Event | None]] = _derive_toward()
+
+
+def toward(mode: Mode, speculate: bool) -> Event | None:
+    """The load event that moves `mode` toward speculating (True) or not (False), if any:
+    ``TOWARD[(mode, SPECULATING or PLAIN)]``."""
+    return TOWARD[(mode, Mode.SPECULATING if speculate else Mode.PLAIN)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specfsm.table import Event, Mode
+    from specfsm.fsm.table import Event, Mode
 
 
 class SpecFSMError(Exception):

@@ -52,7 +52,7 @@ import os
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
-from specfsm.acceptance import DraftShape, accept_length
+from specfsm.model.acceptance import DraftShape, accept_length
 
 TARGET_MODEL = "llama8b"
 DRAFT_MODEL = "eagle3_draft8b"

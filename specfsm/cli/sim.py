@@ -1,0 +1,146 @@
+"""`specfsm sim`: every policy side by side on one load (fixed concurrency levels or a
+time-varying trace), per-load tables, CSV and PNG plots into --out (default out/).
+
+Needs the ``sim`` extra (numpy, matplotlib); without it the command says so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from specfsm.cli.args import (
+    ArgParser,
+    UsageError,
+    draft_shape,
+    nonnegative_int,
+    positive_float,
+    positive_float_list,
+    positive_int,
+    positive_int_list,
+    probability,
+    require_extra,
+)
+from specfsm.cli.main import add_command
+from specfsm.model.acceptance import (
+    NAMED_SHAPES,
+)
+from specfsm.model.costs import (
+    SHARED_REF,
+)
+from specfsm.sim.engine import run
+from specfsm.sim.peers import POLICY_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup, policy_names
+from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
+from specfsm.sim.traces import Load, fixed_concurrency, named_traces, poisson
+from specfsm.sim.tune import cost_model
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add_command(subparsers, "sim", "serving simulator: policies side by side", main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgParser(prog="specfsm sim", description=__doc__)
+    ap.add_argument("--fit-table", default=SHARED_REF, help="table the policies are tuned on")
+    ap.add_argument(
+        "--table", default=None, help="table the run is scored on (default: --fit-table)"
+    )
+    ap.add_argument("--ctx", type=positive_int, default=None)
+    ap.add_argument("--shape", type=draft_shape, default=NAMED_SHAPES["chain3"])
+    ap.add_argument("--alpha", type=probability, default=0.8)
+    ap.add_argument(
+        "--levels",
+        type=positive_int_list,
+        default="1,2,4,8,16,32,64,128,256",
+        help="fixed-concurrency levels (comma list); empty to skip",
+    )
+    ap.add_argument(
+        "--poisson", type=positive_float_list, default="", help="Poisson rates req/s (comma list)"
+    )
+    ap.add_argument("--trace", choices=["none", "ramp", "bursts", "sine", "all"], default="none")
+    ap.add_argument(
+        "--duration", type=positive_float, default=300.0, help="trace length, simulated s"
+    )
+    ap.add_argument("--iterations", type=positive_int, default=3000, help="per fixed level")
+    ap.add_argument("--warmup", type=nonnegative_int, default=500)
+    ap.add_argument(
+        "--policies",
+        type=policy_names,
+        default="",
+        help=f"comma list of names (default: all): {', '.join(POLICY_NAMES)}",
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    require_extra("", "sim", "numpy", "matplotlib")
+    fit = cost_model("--fit-table", a.fit_table, a.shape, a.ctx)
+    score = cost_model(
+        "--table" if a.table else "--fit-table", a.table or a.fit_table, a.shape, a.ctx
+    )
+    levels: list[int] = a.levels
+    pick = {"ramp": ["ramp"], "bursts": ["bursts"], "sine": ["sine"]}
+    trace_names = pick.get(a.trace, ["ramp", "bursts", "sine"] if a.trace == "all" else [])
+    if not (levels or a.poisson or trace_names):
+        raise UsageError("nothing to run: --levels is empty and no --poisson or --trace given")
+    try:
+        os.makedirs(a.out, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {a.out}: cannot create: {exc.strerror}") from None
+    if (a.table or a.fit_table) == a.fit_table:
+        print("warning: scored on the table the policies were fitted on", file=sys.stderr)
+    names = a.policies or None
+    loads: list[tuple[Load, int | None, int]] = []
+    loads += [(fixed_concurrency(c), a.iterations + a.warmup, a.warmup) for c in levels]
+    loads += [(poisson(r, a.duration), None, 0) for r in a.poisson]
+    tr = named_traces(a.duration)
+    for k in trace_names:
+        loads.append((tr[k], None, 0))
+    n_pol = len(lineup(fit, a.shape, a.alpha, names=names))
+    prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
+    all_rows: list[dict[str, object]] = []
+    tput: dict[str, list[float]] = {}
+    for load, iters, warm in loads:
+        rows = []
+        timelines = []
+        for ctl in lineup(fit, a.shape, a.alpha, names=names):
+            r = run(
+                ctl,
+                load,
+                score,
+                a.alpha,
+                seed=a.seed,
+                iterations=iters,
+                warmup_iterations=warm,
+                record_timeline=iters is None,
+            )
+            rows.append(r.row())
+            if iters is not None:
+                tput.setdefault(ctl.name, []).append(r.tok_s)
+            elif ctl.name in (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table"):
+                timelines.append(r)
+            prog.tick(f"{load.name} {ctl.name}")
+        print(
+            f"\n== load {load.name}  (shape {a.shape.label()}, alpha {a.alpha}, "
+            f"fit {fit.table.source}, score {score.table.source})"
+        )
+        print(format_table(rows))
+        all_rows += rows
+        if timelines:
+            plot_timeline(
+                os.path.join(a.out, f"timeline_{load.name.replace('/', '_')}.png"),
+                timelines,
+                f"{load.name}, {a.shape.label()}, alpha {a.alpha}",
+            )
+    write_csv(os.path.join(a.out, "sim.csv"), all_rows)
+    if levels and tput:
+        plot_throughput(
+            os.path.join(a.out, "throughput_vs_concurrency.png"),
+            levels,
+            tput,
+            f"{a.shape.label()}, alpha {a.alpha}, scored on {score.table.source}",
+        )
+    print(f"\nwrote {a.out}/sim.csv and plots", file=sys.stderr)
+    return 0 if all(math.isfinite(float(str(r["tok_s"]))) for r in all_rows) else 1

@@ -1,0 +1,134 @@
+"""`specfsm tune`: crossover bs, recommended ThresholdPolicy / GoodputPolicy parameters, and the
+equivalent SGLang `--speculative-adaptive-config` JSON, from a cost table and an accept length
+(or alpha, or a recorded specfsm transition/observation log)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from specfsm.cli.args import (
+    ArgParser,
+    UsageError,
+    accept_len,
+    draft_shape,
+    positive_int,
+    probability,
+)
+from specfsm.cli.main import add_command
+from specfsm.model.acceptance import (
+    NAMED_SHAPES,
+    accept_length,
+    alpha_from_accept_length,
+)
+from specfsm.model.costs import (
+    PLAIN_WARM,
+    PLAIN_ZERO_TAX,
+    SHARED_REF,
+    packaged_tables,
+)
+from specfsm.sim.tune import accept_from_log, check_accept_len, cost_model, recommend
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    add_command(subparsers, "tune", "crossover and ThresholdPolicy from a cost table", main)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgParser(prog="specfsm tune", description=__doc__)
+    ap.add_argument("--table", default=SHARED_REF, help=f"path or one of {packaged_tables()}")
+    ap.add_argument(
+        "--ctx", type=positive_int, default=None, help="context length (default: the table's first)"
+    )
+    ap.add_argument(
+        "--shape",
+        type=draft_shape,
+        default=NAMED_SHAPES["chain3"],
+        help="chain3 | tree | chainN | topk,steps,tokens",
+    )
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--accept-len", type=accept_len, help="mean tokens per verify incl. bonus")
+    g.add_argument("--alpha", type=probability, help="per-token acceptance rate, in [0, 1]")
+    g.add_argument("--log", help="specfsm JSON-lines log with accept_lens fields")
+    ap.add_argument(
+        "--plain",
+        choices=[PLAIN_WARM, PLAIN_ZERO_TAX],
+        default=PLAIN_WARM,
+        help="what specfsm's PLAIN costs: warm (the SGLang adapter as shipped: 1-token "
+        "draft-extend every step) or zero-tax (the design target); default warm",
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    a = ap.parse_args(argv)
+    check_accept_len(a.accept_len, a.shape)
+    cost = cost_model("--table", a.table, a.shape, a.ctx)
+    if a.log:
+        acc = accept_from_log(a.log)
+        if acc is None:
+            raise UsageError(f"--log {a.log}: no accept_lens found (a specfsm observation log?)")
+    elif a.accept_len is not None:
+        acc = a.accept_len
+    else:
+        acc = accept_length(a.alpha if a.alpha is not None else 0.7, a.shape)
+    rec = recommend(cost, acc, plain=a.plain)
+    other = PLAIN_ZERO_TAX if a.plain == PLAIN_WARM else PLAIN_WARM
+    x_other = cost.crossover_bs(acc, 1024, other)
+    out = {
+        "table": cost.table.source,
+        "ctx": cost.ctx,
+        "shape": a.shape.label(),
+        "accept_len": round(acc, 4),
+        "alpha_equiv": round(alpha_from_accept_length(acc, a.shape), 4),
+        "plain": a.plain,
+        "crossover_bs": rec.crossover_bs,
+        f"crossover_bs_{other.replace('-', '_')}": x_other,
+        "threshold_policy": {
+            "high": rec.threshold_high,
+            "low": rec.threshold_low,
+            "debounce": rec.debounce,
+            "min_dwell": rec.min_dwell,
+        },
+        "goodput_policy": {
+            "accept_len": round(acc, 4),
+            "margin": 0.02,
+            "debounce": 4,
+            "min_dwell": 32,
+            "plain": a.plain,
+        },
+        "sglang_adaptive_config": rec.sglang_config,
+    }
+    if a.json:
+        print(json.dumps(out))
+        return 0
+    print(
+        f"table {out['table']} ctx={cost.ctx} shape={out['shape']} accept_len={acc:.3f} "
+        f"(alpha~{out['alpha_equiv']})"
+    )
+    print(
+        f"{'bs':>5} {'plain tok/s':>12} {'warm tok/s':>11} {'spec tok/s':>12} "
+        f"{'spec/plain':>10} {'spec/warm':>9}"
+    )
+    for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        p, w, s = cost.plain_tps(bs), cost.off_tps(bs, PLAIN_WARM), cost.spec_tps(bs, acc)
+        print(f"{bs:>5} {p:>12.0f} {w:>11.0f} {s:>12.0f} {s / p:>10.2f} {s / w:>9.2f}")
+
+    def _x(v: int | None) -> str:
+        return str(v) if v is not None else "> 1024 (speculation always wins)"
+
+    print(f"crossover bs ({a.plain} PLAIN): {_x(rec.crossover_bs)}")
+    print(f"crossover bs ({other} PLAIN): {_x(x_other)}")
+    print(
+        f"ThresholdPolicy(high={rec.threshold_high}, low={rec.threshold_low}, "
+        f"debounce={rec.debounce}, min_dwell={rec.min_dwell})"
+    )
+    print(
+        f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32, "
+        f"plain={a.plain!r})"
+    )
+    if a.shape.topk != 1:
+        print(
+            "note: SGLang 0.5.23 rejects --speculative-adaptive with topk != 1 and falls back "
+            "to static parameters; the config below only applies to a topk=1 chain launch"
+        )
+    print("SGLang --speculative-adaptive --speculative-adaptive-config <file with> (warm cut):")
+    print(json.dumps(rec.sglang_config))
+    return 0

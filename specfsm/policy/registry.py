@@ -1,0 +1,296 @@
+"""The one policy registry: every policy is built here, from one syntax.
+
+Syntax (the SGLang plugin's ``policy`` key, ``SPECFSM_POLICY``, the control file, and the
+``--policy`` option of ``specfsm logs replay``):
+
+* a JSON object: ``{"name": "threshold", "high": 32, "low": 8}``;
+* the shorthand ``name:key=value,key=value``. Each value is JSON when it parses as JSON
+  (``32``, ``2.5``, ``true``, ``"text"``, ``[4, 2, 16]``) and a bare word otherwise
+  (``shape=chain3``, ``table=h200_sglang0517_llama8b``). A comma inside quotes or brackets does
+  not split, so a tree shape is ``shape=[4,2,16]`` or ``shape="4,2,16"``. A plugin's dotted
+  path keeps its own colon: ``mypkg.mod:MyPolicy:k=1``.
+
+Names (`POLICIES`):
+
+=========  =================================================================================
+threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``
+goodput    ``shape`` (chainN | tree | topk,steps,draft_tokens | [topk, steps, draft_tokens]),
+           ``accept_len`` (required), ``table``, ``ctx`` and GoodputPolicy's keywords
+fixed      ``speculate`` (true | false)
+scripted   ``schedule`` ([[iteration, "SPECULATING" | "PLAIN"], ...]), ``initial``
+=========  =================================================================================
+
+Any other name is a plugin (`specfsm.policy.plugins`): ``package.module:Class`` or an entry
+point in group ``specfsm.policies``. The test policies ``every`` and ``random``
+(`specfsm.policy.testing.TEST_POLICIES`) are not in this registry: a test opts into them with
+``registry=with_test_policies()`` or, for engines it starts, ``SPECFSM_TEST_POLICIES=1`` in the
+environment. A refusal is `PolicySpecError` (a ValueError): ``<key>: <reason>``, the key naming
+the parameter (``policy.high: expected an integer >= 1, got 'abc'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from specfsm.fsm.decision import FixedPolicy, Policy
+from specfsm.fsm.table import Mode
+from specfsm.policy.plugins import check_policy, entry_point_exists, load_policy_factory
+from specfsm.policy.simple import ScriptedPolicy, ThresholdPolicy
+
+#: Set to "1" to accept the test policies (every, random) without passing a registry.
+ENV_TEST_POLICIES = "SPECFSM_TEST_POLICIES"
+
+
+class PolicySpecError(ValueError):
+    """A refused policy text or object: ``<key>: <reason>``."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key, self.reason = key, reason
+        super().__init__(f"{key}: {reason}")
+
+
+# ------------------------------------------------------------------------------- value checks
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_int(key: str, value: object, minimum: int | None = None) -> int:
+    """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
+    if not _is_int(value) or (minimum is not None and value < minimum):  # type: ignore[operator]
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise PolicySpecError(key, f"expected an integer{bound}, got {value!r}")
+    return int(value)  # type: ignore[call-overload,no-any-return]
+
+
+def check_number(key: str, value: object, lo: float = 0.0, hi: float | None = None) -> float:
+    """`value` as a float (a JSON number, not NaN, not a bool) in [lo, hi]."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if not ok or value < lo or (hi is not None and value > hi):  # type: ignore[operator]
+        rng = f"in [{lo:g}, {hi:g}]" if hi is not None else f">= {lo:g}"
+        raise PolicySpecError(key, f"expected a number {rng}, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_choice(key: str, value: object, choices: tuple[object, ...]) -> Any:
+    """`value` if it is one of `choices` (a bool only matches a bool)."""
+    if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
+        allowed = " or ".join(json.dumps(c) for c in choices)
+        raise PolicySpecError(key, f"expected {allowed}, got {value!r}")
+    return value
+
+
+def check_keys(key: str, value: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    """PolicySpecError naming the first key of `value` not in `known`."""
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise PolicySpecError(
+            f"{key}.{unknown[0]}" if key else unknown[0],
+            f"unknown configuration keys {unknown} (known: {', '.join(known)})",
+        )
+
+
+def _schedule(key: str, value: object) -> list[tuple[int, Mode]]:
+    if not isinstance(value, list):
+        raise PolicySpecError(key, f"expected a list of [iteration, mode] pairs, got {value!r:.60}")
+    out = []
+    for i, item in enumerate(value):
+        if not (isinstance(item, list) and len(item) == 2):
+            raise PolicySpecError(f"{key}[{i}]", f"expected [iteration, mode], got {item!r}")
+        it = check_int(f"{key}[{i}][0]", item[0], 0)
+        mode = check_choice(f"{key}[{i}][1]", item[1], ("SPECULATING", "PLAIN"))
+        out.append((it, Mode[mode]))
+    return out
+
+
+# ------------------------------------------------------------------------------- the registry
+Check = Callable[[str, object], Any]
+
+
+@attrs.frozen
+class PolicyKind:
+    """One named policy: its parameters' checks, the required ones, and its builder.
+
+    `params` None: the builder checks its own arguments (raising ValueError with the reason).
+    """
+
+    build: Callable[[dict[str, Any]], Policy]
+    params: Mapping[str, Check] | None = None
+    required: tuple[str, ...] = ()
+    test_only: bool = False
+
+
+def _goodput(args: dict[str, Any]) -> Policy:
+    from specfsm.policy.goodput import goodput_from_args
+
+    return goodput_from_args(args)
+
+
+#: The production policies, by name.
+POLICIES: Mapping[str, PolicyKind] = {
+    "threshold": PolicyKind(
+        lambda a: ThresholdPolicy(**a),
+        {
+            "high": lambda k, v: check_int(k, v, 1),
+            "low": lambda k, v: check_int(k, v, 0),
+            "debounce": lambda k, v: check_int(k, v, 1),
+            "min_dwell": lambda k, v: check_int(k, v, 0),
+            "signal": lambda k, v: check_choice(k, v, ("decode_bs", "running")),
+        },
+        ("high", "low"),
+    ),
+    "goodput": PolicyKind(_goodput),
+    "fixed": PolicyKind(
+        lambda a: FixedPolicy(a["speculate"]),
+        {"speculate": lambda k, v: check_choice(k, v, (True, False))},
+        ("speculate",),
+    ),
+    "scripted": PolicyKind(
+        lambda a: ScriptedPolicy(a["schedule"], initial=Mode[a.get("initial", "SPECULATING")]),
+        {
+            "schedule": _schedule,
+            "initial": lambda k, v: check_choice(k, v, ("SPECULATING", "PLAIN")),
+        },
+        ("schedule",),
+    ),
+}
+
+
+def with_test_policies() -> Mapping[str, PolicyKind]:
+    """The production registry plus the test policies (every, random): for tests only."""
+    from specfsm.policy.testing import TEST_POLICIES
+
+    return {**POLICIES, **TEST_POLICIES}
+
+
+def default_registry() -> Mapping[str, PolicyKind]:
+    """`POLICIES`, plus the test policies when ``SPECFSM_TEST_POLICIES=1`` (a test's engine)."""
+    if os.environ.get(ENV_TEST_POLICIES) == "1":
+        return with_test_policies()
+    return POLICIES
+
+
+def known_policies(registry: Mapping[str, PolicyKind] | None = None) -> str:
+    """The names a config may use, for error messages."""
+    reg = default_registry() if registry is None else registry
+    prod = [n for n, k in reg.items() if not k.test_only]
+    test = [n for n, k in reg.items() if k.test_only]
+    text = f"production policies: {', '.join(prod)}; "
+    if test:
+        text += f"test policies: {', '.join(test)}; "
+    else:
+        text += f"test policies (every, random) only with {ENV_TEST_POLICIES}=1; "
+    return (
+        text + "or your own as 'package.module:Class' or an entry point in group 'specfsm.policies'"
+    )
+
+
+# ------------------------------------------------------------------------------- the syntax
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # a bare word stays a string; the schema then says what it expected
+
+
+def _split_items(text: str) -> list[str]:
+    """Split at commas outside double quotes and brackets."""
+    items, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"' and (i == 0 or text[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and ch in "[{":
+            depth += 1
+        elif not quoted and ch in "]}":
+            depth -= 1
+        elif ch == "," and not quoted and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+def parse_shorthand(text: str, key: str = "policy") -> dict[str, Any]:
+    """``threshold:high=32,low=8`` -> {"name": "threshold", "high": 32, "low": 8}."""
+    parts = text.split(":")
+    i = 0
+    while i < len(parts) and "=" not in parts[i]:
+        i += 1  # a plugin's dotted path keeps its own ':' ("mypkg.mod:Cls:k=1")
+    name, rest = ":".join(parts[:i]).strip(), ":".join(parts[i:])
+    if not name:
+        raise PolicySpecError(key, f"expected name:key=value,... , got {text!r}")
+    head, colon, tail = name.partition(":")
+    if colon and (head in POLICIES or head in ("every", "random")):
+        raise PolicySpecError(key, f"expected key=value, got {tail!r} in {text!r}")
+    out: dict[str, Any] = {"name": name}
+    for item in filter(None, (x.strip() for x in _split_items(rest))):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise PolicySpecError(key, f"expected key=value, got {item!r} in {text!r}")
+        out[k.strip()] = _value(v.strip())
+    return out
+
+
+def parse_spec(text: str, key: str = "policy") -> dict[str, Any]:
+    """A JSON object or the shorthand -> {"name": ..., **params}."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            raise PolicySpecError(key, f"not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise PolicySpecError(key, "expected a JSON object")
+        return obj
+    return parse_shorthand(text, key)
+
+
+# ------------------------------------------------------------------------------- building
+def make_policy(
+    spec: object, key: str = "policy", registry: Mapping[str, PolicyKind] | None = None
+) -> Policy:
+    """Build the policy `spec` (a JSON object) names; PolicySpecError ``<key>.<param>: ...``."""
+    reg = default_registry() if registry is None else registry
+    if not isinstance(spec, dict):
+        what = "null" if spec is None else type(spec).__name__
+        raise PolicySpecError(
+            key,
+            'expected a JSON object (e.g. {"name": "threshold", "high": 32, "low": 8}), '
+            f"got a {what}: {spec!r:.60}",
+        )
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolicySpecError(f"{key}.name", f"expected a policy name ({known_policies(reg)})")
+    args = {k: v for k, v in spec.items() if k != "name"}
+    kind = reg.get(name)
+    if kind is not None:
+        if kind.params is not None:
+            check_keys(key, args, ("name", *kind.params))
+            args = {k: kind.params[k](f"{key}.{k}", v) for k, v in args.items()}
+            for req in kind.required:
+                if req not in args:
+                    raise PolicySpecError(f"{key}.{req}", f"required by the {name!r} policy")
+        try:
+            return kind.build(args)
+        except (TypeError, ValueError) as exc:
+            raise PolicySpecError(key, str(exc)) from exc
+    if ":" not in name and not entry_point_exists(name):
+        raise PolicySpecError(f"{key}.name", f"unknown policy {name!r} ({known_policies(reg)})")
+    try:
+        factory = load_policy_factory(name)
+    except (LookupError, TypeError) as exc:
+        raise PolicySpecError(f"{key}.name", str(exc)) from exc
+    try:
+        built = factory(**args)
+    except Exception as exc:  # a plugin's constructor: any failure is a refused config
+        raise PolicySpecError(
+            key, f"{name}(**{args!r:.80}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        return check_policy(built, name)
+    except TypeError as exc:
+        raise PolicySpecError(key, str(exc)) from exc

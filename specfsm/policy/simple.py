@@ -1,0 +1,150 @@
+"""The simple policies: threshold on the load signal, a fixed answer, a schedule.
+
+A policy sees the current mode and one `Observation` per iteration and returns an Event that is
+legal in that mode, or None. It is deterministic (same observations -> same decisions, so TP and
+DP ranks agree) and keeps only small state of its own (debounce counters, EMAs). It never emits
+completion events (DRAINED, RESYNCED): those come from the engine adapter. A policy names the
+mode it wants; the table (`specfsm.fsm.table.TOWARD`) says which load event gets there.
+
+Writing your own policy: see `specfsm.policy.plugins`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specfsm.fsm.decision import FixedPolicy
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import TOWARD, Event, Mode
+from specfsm.policy.base import Hysteresis
+
+__all__ = ["FixedPolicy", "ScriptedPolicy", "ThresholdPolicy"]
+
+_DRAINING = Mode.DRAINING
+_PLAIN = Mode.PLAIN
+
+
+class ThresholdPolicy(Hysteresis):
+    """Stop speculating above `high`, resume at or below `low`, with debounce and dwell.
+
+    The load signal is the decode batch size (or running requests with signal="running").
+    A load event fires only after `debounce` consecutive iterations on the far side of a
+    threshold and at least `min_dwell` iterations after the last mode change; `low < high`
+    leaves a dead band between the two, so the rule cannot thrash at a single threshold.
+    """
+
+    def __init__(
+        self,
+        high: int,
+        low: int,
+        debounce: int = 4,
+        min_dwell: int = 16,
+        signal: str = "decode_bs",
+    ) -> None:
+        if not (isinstance(high, int) and isinstance(low, int)):
+            raise ValueError(f"ThresholdPolicy: high and low must be ints, got {high!r}, {low!r}")
+        if low < 0:
+            raise ValueError(f"ThresholdPolicy: low must be >= 0, got {low}")
+        if not low < high:
+            raise ValueError(f"ThresholdPolicy: need low < high, got low={low}, high={high}")
+        if debounce < 1:
+            raise ValueError(f"ThresholdPolicy: debounce must be >= 1, got {debounce}")
+        if min_dwell < 0:
+            raise ValueError(f"ThresholdPolicy: min_dwell must be >= 0, got {min_dwell}")
+        if signal not in ("decode_bs", "running"):
+            raise ValueError(f"ThresholdPolicy: signal must be decode_bs or running: {signal!r}")
+        super().__init__(debounce, min_dwell)
+        self.high = high
+        self.low = low
+        self.signal = signal
+        self._use_running = signal == "running"
+
+    def decide(self, mode: Mode, obs: Observation) -> Event | None:
+        self._seen(mode, obs.iteration)
+        if mode is _DRAINING:
+            return None
+        load = obs.running if self._use_running else obs.decode_bs
+        plain = mode is _PLAIN
+        ev = self._confirm(load <= self.low if plain else load > self.high, mode, obs.iteration)
+        if ev is not None:
+            if plain:
+                self.last_reason = (
+                    f"{self.signal}={load} <= low={self.low} for {self.debounce} iterations"
+                )
+            else:
+                self.last_reason = (
+                    f"{self.signal}={load} > high={self.high} for {self.debounce} iterations"
+                )
+        return ev
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "policy": "threshold",
+            "high": self.high,
+            "low": self.low,
+            "debounce": self.debounce,
+            "min_dwell": self.min_dwell,
+            "signal": self.signal,
+        }
+
+
+class ScriptedPolicy:
+    """Follows a schedule of target modes by iteration (tests, debugging, bug reproduction).
+
+    `schedule` is a sequence of (iteration, target) with strictly increasing iterations and
+    targets SPECULATING or PLAIN; from each iteration on, the policy moves toward that target.
+    Before the first entry the target is `initial`. A callable `target(iteration) -> bool`
+    (True = speculate) may be given instead, e.g. for random or flapping patterns.
+    """
+
+    def __init__(
+        self,
+        schedule: Sequence[tuple[int, Mode]] | Callable[[int], bool],
+        initial: Mode = Mode.SPECULATING,
+    ) -> None:
+        if initial not in (Mode.SPECULATING, Mode.PLAIN):
+            raise ValueError(f"ScriptedPolicy: initial must be SPECULATING or PLAIN: {initial!r}")
+        self._fn: Callable[[int], bool] | None = None
+        self._steps: list[tuple[int, bool]] = []
+        if callable(schedule):
+            self._fn = schedule
+        else:
+            last = -1
+            for it, target in schedule:
+                if target not in (Mode.SPECULATING, Mode.PLAIN):
+                    raise ValueError(
+                        f"ScriptedPolicy: targets must be SPECULATING or PLAIN, got {target!r}"
+                    )
+                if it <= last:
+                    raise ValueError(f"ScriptedPolicy: iterations must increase: {it} <= {last}")
+                last = it
+                self._steps.append((it, target is Mode.SPECULATING))
+        self._initial = initial is Mode.SPECULATING
+        self._pos = 0
+        self._want = self._initial
+        self.last_reason = ""
+
+    def target(self, iteration: int) -> bool:
+        """True when the schedule wants speculation at `iteration`."""
+        if self._fn is not None:
+            return bool(self._fn(iteration))
+        steps = self._steps
+        while self._pos < len(steps) and steps[self._pos][0] <= iteration:
+            self._want = steps[self._pos][1]
+            self._pos += 1
+        return self._want
+
+    def decide(self, mode: Mode, obs: Observation) -> Event | None:
+        want = self.target(obs.iteration)
+        ev = TOWARD[(mode, Mode.SPECULATING if want else Mode.PLAIN)]
+        if ev is not None:
+            target = "SPECULATING" if want else "PLAIN"
+            self.last_reason = f"scripted: target {target} at iteration {obs.iteration}"
+        return ev
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "policy": "scripted",
+            "initial": "SPECULATING" if self._initial else "PLAIN",
+            "schedule": "callable" if self._fn is not None else len(self._steps),
+        }

@@ -1,0 +1,455 @@
+"""The controllers the simulator compares: specfsm's policies through the real SpecFSM, and the
+peers (SGLang adaptive, vLLM's batch-size table, TensorRT-LLM's max concurrency, static ones).
+
+`FixedController` (no-spec / always-spec); `FSMController` (a specfsm Policy driven through the
+real `SpecFSM`, the simulator playing the engine's completion events), in one of two PLAIN
+variants:
+
+* ``plain="warm"`` (what the SGLang adapter ships, adapters/specfsm_sglang/actions.py):
+  DRAINING, PLAIN and RESYNCING all run the 1-wide steps=0 runtime state, i.e. a WARM
+  iteration (K=1 verify + 1-token draft-extend); DRAINING lasts one forward then DRAINED;
+  RESYNCING lasts one forward (`resync_forwards` = 1) then RESYNCED. New requests are
+  prefilled through the draft too (the draft must stay warm).
+* ``plain="zero-tax"`` (the follow-up issue's design target): DRAINING is one WARM forward as
+  above; PLAIN is a plain decode (no draft work; the draft's lag grows); RESYNCING is one
+  RESYNC iteration (plain + batched catch-up draft-extend over the lag). With
+  ``lazy_draft_prefill`` requests admitted while PLAIN are prefilled by the target only and
+  their prompt joins the lag.
+
+`SGLangAdaptiveController` (0.5.23 `adaptive_spec_params.py` ported: per-BS slots after CUDA
+graph padding, EMA 0.2, warmup 10, interval 5, hysteresis, steps=0 probing, steps=0 pays a
+K=1 verify + draft-extend every step; topk != 1 makes SGLang disable adaptive and run the
+launch shape statically, `adaptive_unsupported_reason`), `BatchTableController` (vLLM DSD:
+K by the number of scheduled requests incl. prefills, no hysteresis, K=0 keeps running the
+draft at q=1), `MaxConcurrencyController` (TensorRT-LLM: spec iff active requests <=
+max_concurrency, no hysteresis; off is a true plain decode, re-enable pays the same catch-up as
+RESYNCING). `lineup` builds them all with their best static parameters from one cost table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from specfsm.fsm.decision import Policy
+from specfsm.fsm.log import TransitionLog
+from specfsm.fsm.machine import SpecFSM
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
+from specfsm.model.acceptance import (
+    DraftShape,
+    accept_length,
+)
+from specfsm.model.costs import (
+    PLAIN_WARM,
+    PLAIN_ZERO_TAX,
+    CostModel,
+    check_plain_variant,
+)
+from specfsm.policy.goodput import GoodputPolicy
+from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, recommend, sglang_spec_cuda_graph_bs
+
+# Iteration kinds.
+SPEC, PLAIN, WARM, RESYNC = "spec", "plain", "warm", "resync"
+
+
+# ------------------------------------------------------------------------------ controllers
+@attrs.define
+class Plan:
+    kind: str
+    mode: Mode  # the mode this iteration is accounted to (peers map their states onto modes)
+    shape: DraftShape | None = None
+
+
+class Controller:
+    """Picks each iteration's kind. Subclasses override `plan` and optionally `feed`."""
+
+    name = "controller"
+    has_draft = True
+    #: PLAIN iterations prefill new requests through the target only (prompt joins the lag).
+    lazy_draft_prefill = False
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        raise NotImplementedError
+
+    def after(self, plan: Plan) -> None:
+        """Called after the iteration ran (the engine's completion events)."""
+
+    def feed(self, shape: DraftShape, accept_lens_mean: float, bs: int) -> None:
+        """Verify results of a SPEC iteration (mean accept length incl. bonus)."""
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name}
+
+
+class FixedController(Controller):
+    """Static baselines: no-spec (a server without a draft) or always-spec."""
+
+    def __init__(self, speculate: bool, shape: DraftShape) -> None:
+        self.speculate = speculate
+        self.shape = shape
+        self.name = "always-spec" if speculate else "no-spec"
+        self.has_draft = speculate
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        if self.speculate:
+            return Plan(SPEC, Mode.SPECULATING, self.shape)
+        return Plan(PLAIN, Mode.PLAIN)
+
+
+class _NullLogger:
+    """A structlog-like logger that drops every line: the simulator's machines log nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None
+
+
+def make_machine(policy: Policy) -> SpecFSM:
+    """The real SpecFSM for `policy`, with a silent transition log (the simulator's engine)."""
+    return SpecFSM(policy, log=TransitionLog(logger=_NullLogger()))
+
+
+class FSMController(Controller):
+    """A specfsm Policy driven through the FSM; the simulator plays the engine.
+
+    `plain`: "warm" (the SGLang adapter as shipped) or "zero-tax" (the design target); see the
+    module docstring. `lazy_draft_prefill` only applies to "zero-tax".
+    """
+
+    def __init__(
+        self,
+        name: str,
+        policy: Policy,
+        shape: DraftShape,
+        *,
+        plain: str = PLAIN_WARM,
+        lazy_draft_prefill: bool = False,
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self.shape = shape
+        self.plain = check_plain_variant(plain)
+        if lazy_draft_prefill and plain == PLAIN_WARM:
+            raise ValueError("lazy_draft_prefill needs plain='zero-tax' (a warm draft needs KV)")
+        self.lazy_draft_prefill = lazy_draft_prefill
+        self.machine = make_machine(policy)
+        self.machine_name = "specfsm.fsm.machine.SpecFSM"
+        warm = self.plain == PLAIN_WARM
+        self._plain_plan = Plan(WARM if warm else PLAIN, Mode.PLAIN)
+        self._resync_plan = Plan(WARM if warm else RESYNC, Mode.RESYNCING)
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        obs = Observation(
+            iteration=it,
+            decode_bs=bs,
+            running=bs + n_prefill,
+            accept_lens=accept_lens,
+            mean_ctx=mean_ctx,
+        )
+        self.machine.step(obs)
+        mode: Mode = self.machine.mode
+        if mode is Mode.SPECULATING:
+            return Plan(SPEC, Mode.SPECULATING, self.shape)
+        if mode is Mode.DRAINING:
+            # the adapter attaches the 1-wide state on entry to DRAINING: this forward is warm
+            return Plan(WARM, Mode.DRAINING)
+        if mode is Mode.RESYNCING:
+            return self._resync_plan
+        return self._plain_plan
+
+    def after(self, plan: Plan) -> None:
+        if plan.mode is Mode.DRAINING:
+            self.machine.process_event(Event.DRAINED, None, "in-flight batch done")
+        elif plan.mode is Mode.RESYNCING:
+            self.machine.process_event(Event.RESYNCED, None, "draft caught up")
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "machine": self.machine_name,
+            "plain": self.plain,
+            "lazy_draft_prefill": self.lazy_draft_prefill,
+            **self.policy.describe(),
+        }
+
+
+class _SGLangSlot:
+    """Port of AdaptiveStepSlot (0.5.23), logging removed."""
+
+    def __init__(self, initial_steps: int, cfg: dict[str, Any]) -> None:
+        self.candidate_steps: list[int] = sorted(set(cfg["candidate_steps"]))
+        self.ema_alpha = float(cfg.get("ema_alpha", 0.2))
+        self.update_interval = int(cfg.get("update_interval", 5))
+        self.warmup_batches = int(cfg.get("warmup_batches", 10))
+        self.down_hysteresis = float(cfg.get("down_hysteresis", -0.25))
+        self.up_hysteresis = float(cfg.get("up_hysteresis", 0.0))
+        self.ceiling_coeff = float(cfg.get("ceiling_coeff", 0))
+        if initial_steps in self.candidate_steps:
+            self.current_steps = initial_steps
+        else:
+            self.current_steps = self.candidate_steps[len(self.candidate_steps) // 2]
+        self.ema_accept_len = float(self.current_steps - 1)
+        self._batch_count = 0
+
+    def update(self, mean_correct_drafts: float) -> bool:
+        if self.current_steps > 0:
+            self.ema_accept_len = (
+                1 - self.ema_alpha
+            ) * self.ema_accept_len + self.ema_alpha * mean_correct_drafts
+        self._batch_count += 1
+        if self._batch_count <= self.warmup_batches:
+            return False
+        if (self._batch_count - self.warmup_batches) % self.update_interval != 0:
+            return False
+        return self._recompute()
+
+    def _recompute(self) -> bool:
+        old = self.current_steps
+        idx = self.candidate_steps.index(old)
+        old_idx = idx
+        if old == 0:
+            idx = min(idx + 1, len(self.candidate_steps) - 1)
+            target = self.candidate_steps[idx]
+            if target > 0 and self.ema_accept_len < 0:
+                self.ema_accept_len = float(target - 1)
+            self.current_steps = target
+            return target != old
+        while idx > 0:
+            prev = self.candidate_steps[idx - 1]
+            drop = (0.5 if prev == 0 else prev - 0.5) + self.down_hysteresis
+            if self.ema_accept_len <= drop:
+                idx -= 1
+            else:
+                break
+        if not idx < old_idx:
+            while idx < len(self.candidate_steps) - 1:
+                rise = self.candidate_steps[idx] - 0.5 + self.up_hysteresis
+                if self.ema_accept_len > rise:
+                    idx += 1
+                else:
+                    break
+        target = self.candidate_steps[idx]
+        if self.ceiling_coeff > 0:
+            ceiling = max(1, math.ceil(self.ema_accept_len * self.ceiling_coeff))
+            if ceiling < target <= old:
+                while idx > 0 and self.candidate_steps[idx] > ceiling:
+                    idx -= 1
+                target = self.candidate_steps[idx]
+        self.current_steps = target
+        return target != old
+
+
+class SGLangAdaptiveController(Controller):
+    """SGLang 0.5.23 `--speculative-adaptive` (topk=1 chains; steps=0 keeps the draft warm).
+
+    `shape` is the server's launch shape. A chain (topk=1) must have its steps among the
+    config's candidate steps (SGLang raises otherwise) and is the initial steps. topk != 1:
+    SGLang's `adaptive_unsupported_reason` rejects it and `_maybe_disable_adaptive` falls back
+    to static parameters with a warning, so the controller speculates with `shape` always.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, dict[str, Any]] | None = None,
+        initial_steps: int | None = None,
+        max_bs: int = 256,
+        name: str = "sglang-adaptive",
+        shape: DraftShape | None = None,
+    ) -> None:
+        cfg = config if config is not None else SGLANG_DEFAULT_ADAPTIVE
+        self.name = name
+        self.config = cfg
+        self.launch_shape = shape
+        self.disabled_reason: str | None = None
+        if shape is not None and shape.topk != 1:
+            self.disabled_reason = (
+                f"speculative_eagle_topk={shape.topk} (only topk=1 is supported): "
+                "static speculative params"
+            )
+        union = sorted({s for e in cfg.values() for s in e["candidate_steps"]})
+        if shape is not None and shape.topk == 1 and initial_steps is None:
+            if shape.steps not in union:
+                raise ValueError(
+                    f"--speculative-num-steps={shape.steps} is not in the adaptive config "
+                    f"candidate_steps {union}"
+                )
+            initial_steps = shape.steps
+        init = initial_steps if initial_steps is not None else union[len(union) // 2]
+        top = {k: v for k, v in cfg.items() if not k.isdigit()}
+        self._bs_list = sorted(int(k) for k in cfg if k.isdigit())
+        self._slots = {
+            int(k): _SGLangSlot(init, {**top, **v}) for k, v in cfg.items() if k.isdigit()
+        }
+        self._graph_bs = sglang_spec_cuda_graph_bs(max_bs)
+        self._shapes = {s: DraftShape.chain(s) for s in union if s > 0}
+
+    def _route(self, bs: int) -> _SGLangSlot:
+        import bisect
+
+        i = bisect.bisect_left(self._graph_bs, bs)
+        padded = self._graph_bs[i] if i < len(self._graph_bs) else bs
+        j = bisect.bisect_right(self._bs_list, padded) - 1
+        return self._slots[self._bs_list[max(0, j)]]
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        if self.disabled_reason is not None:
+            return Plan(SPEC, Mode.SPECULATING, self.launch_shape)
+        steps = self._route(max(1, bs)).current_steps
+        if steps > 0:
+            return Plan(SPEC, Mode.SPECULATING, self._shapes[steps])
+        return Plan(WARM, Mode.PLAIN)
+
+    def feed(self, shape: DraftShape, accept_lens_mean: float, bs: int) -> None:
+        if self.disabled_reason is None:
+            self._route(bs).update(accept_lens_mean - 1.0)
+
+    def feed_steps0(self, bs: int) -> None:
+        """steps=0 iterations also report (zero correct drafts) and advance the slot's counter."""
+        self._route(bs).update(0.0)
+
+    def describe(self) -> dict[str, object]:
+        if self.disabled_reason is not None:
+            return {"name": self.name, "adaptive": f"disabled: {self.disabled_reason}"}
+        return {"name": self.name, "config": self.config}
+
+
+class BatchTableController(Controller):
+    """vLLM-style dynamic SD: spec iff scheduled requests (incl. prefills) <= cutoff; no
+    hysteresis; K=0 still runs the draft at q=1 (the measured K=0 `propose()` cost)."""
+
+    def __init__(self, cutoff: int, shape: DraftShape, name: str = "vllm-bs-table") -> None:
+        self.cutoff = cutoff
+        self.shape = shape
+        self.name = name
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        if bs + n_prefill <= self.cutoff:
+            return Plan(SPEC, Mode.SPECULATING, self.shape)
+        return Plan(WARM, Mode.PLAIN)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "cutoff": self.cutoff}
+
+
+class MaxConcurrencyController(Controller):
+    """TensorRT-LLM max_concurrency: spec iff active requests <= max_concurrency, no
+    hysteresis; off is a true plain decode; turning on pays a catch-up (RESYNC) iteration."""
+
+    def __init__(
+        self, max_concurrency: int, shape: DraftShape, name: str = "trtllm-max-conc"
+    ) -> None:
+        self.max_concurrency = max_concurrency
+        self.shape = shape
+        self.name = name
+        self._on = True
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        want = bs + n_prefill <= self.max_concurrency
+        if want and not self._on:
+            self._on = True
+            return Plan(RESYNC, Mode.RESYNCING)
+        self._on = want
+        if want:
+            return Plan(SPEC, Mode.SPECULATING, self.shape)
+        return Plan(PLAIN, Mode.PLAIN)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "max_concurrency": self.max_concurrency}
+
+
+# ------------------------------------------------------------------------------ line-up
+def lineup(
+    fit: CostModel,
+    shape: DraftShape,
+    alpha: float,
+    *,
+    names: Sequence[str] | None = None,
+    zero_tax_lazy_prefill: bool = True,
+) -> list[Controller]:
+    """Every policy, each with its best static parameters from the FIT cost model.
+
+    * sglang-adaptive: SGLang 0.5.23's default adaptive config and EMA settings, launched with
+      the scenario's shape (a chain's steps are the initial steps); a tree (topk != 1) makes
+      SGLang disable adaptive, so it runs the tree statically (= always-spec).
+    * vllm-bs-table: cut-off at the fit table's crossover against a WARM off step (its K=0
+      still runs the draft at q=1), no hysteresis.
+    * trtllm-max-conc: cut-off at the crossover against a plain (zero-tax) off step (off is a
+      true plain decode), no hysteresis, catch-up on re-enable.
+    * specfsm-threshold-warm: ThresholdPolicy from the warm crossover, warm PLAIN.
+    * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN: what ships.
+    * specfsm-zero-tax: GoodputPolicy(plain="zero-tax") with zero-tax PLAIN (and lazy draft
+      prefill unless `zero_tax_lazy_prefill` is False): the follow-up issue's design target.
+    """
+    acc = accept_length(alpha, shape)
+    fit_s = fit.with_shape(shape)
+    rec_w = recommend(fit_s, acc, plain=PLAIN_WARM)
+    rec_z = recommend(fit_s, acc, plain=PLAIN_ZERO_TAX)
+    all_: list[Controller] = [
+        FixedController(False, shape),
+        FixedController(True, shape),
+        SGLangAdaptiveController(shape=shape),
+        BatchTableController(rec_w.threshold_high, shape),
+        MaxConcurrencyController(rec_z.threshold_high, shape),
+        FSMController(
+            "specfsm-threshold-warm",
+            rec_w.threshold_policy(),
+            shape,
+            plain=PLAIN_WARM,
+        ),
+        FSMController(
+            WARM_NAME,
+            GoodputPolicy(fit_s, acc, plain=PLAIN_WARM),
+            shape,
+            plain=PLAIN_WARM,
+        ),
+        FSMController(
+            ZERO_TAX_NAME,
+            GoodputPolicy(fit_s, acc, plain=PLAIN_ZERO_TAX),
+            shape,
+            plain=PLAIN_ZERO_TAX,
+            lazy_draft_prefill=zero_tax_lazy_prefill,
+        ),
+    ]
+    if names:
+        all_ = [c for c in all_ if c.name in names]
+    return all_
+
+
+#: specfsm's GoodputPolicy in the PLAIN the SGLang adapter ships (warm) and in the design
+#: target's (zero-tax).
+WARM_NAME = "specfsm-warm"
+ZERO_TAX_NAME = "specfsm-zero-tax"
+SPECFSM_NAMES = ("specfsm-threshold-warm", WARM_NAME, ZERO_TAX_NAME)
+STATIC_NAMES = ("no-spec", "always-spec")
+PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
+
+
+POLICY_NAMES = (*STATIC_NAMES, *PEER_NAMES, *SPECFSM_NAMES)
+
+
+def policy_names(text: str) -> list[str]:
+    """Comma-separated names out of POLICY_NAMES (empty: all)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(map(repr, unknown))} "
+            f"(choose from {', '.join(POLICY_NAMES)})"
+        )
+    return names
