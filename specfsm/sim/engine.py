@@ -43,6 +43,7 @@ from specfsm.sim.peers import (
     WARM,
     Controller,
     FSMController,
+    Plan,
     SGLangAdaptiveController,
 )
 from specfsm.sim.traces import Load, Workload
@@ -132,6 +133,246 @@ class RunResult:
 
 
 # ------------------------------------------------------------------------------ the engine
+class _Arrivals:
+    """Who joins in an iteration: closed loop (top up to the target concurrency c(t)) or open
+    loop (Poisson arrivals at rate r(t) wait in a queue)."""
+
+    def __init__(self, load: Load, rng: Any) -> None:
+        self.load = load
+        self.rng = rng
+        self.queue: list[float] = []  # arrival times (open loop)
+        self.qhead = 0
+        self.next_arrival = 0.0
+
+    def take(self, t: float, n_alive: int, cap: int) -> list[float]:
+        """The arrival times of the requests admitted at `t` (at most `cap - n_alive`)."""
+        level = self.load.level(t)
+        if self.load.kind == "concurrency":
+            return [t] * max(0, min(round(level) - n_alive, cap - n_alive))
+        while self.next_arrival <= t:
+            self.queue.append(self.next_arrival)
+            rate = max(self.load.level(self.next_arrival), 1e-9)
+            self.next_arrival += float(self.rng.exponential(1.0 / rate))
+        n_new = min(len(self.queue) - self.qhead, cap - n_alive)
+        arrivals = self.queue[self.qhead : self.qhead + n_new]
+        self.qhead += n_new
+        if self.qhead > 4096:
+            del self.queue[: self.qhead]
+            self.qhead = 0
+        return arrivals
+
+    def idle_until(self, t: float, end_t: float) -> float:
+        """Nothing runs at `t`: the time to jump to (the next arrival, open loop)."""
+        return min(self.next_arrival, end_t) if self.load.kind == "poisson" else t + 0.001
+
+
+class _Requests:
+    """The requests in the system, one slot each (numpy arrays of `max_running` slots)."""
+
+    def __init__(self, np: Any, wl: Workload, rng: Any) -> None:
+        cap = wl.max_running
+        self.np, self.wl, self.rng, self.cap = np, wl, rng, cap
+        self.alive = np.zeros(cap, dtype=bool)
+        self.remaining = np.zeros(cap, dtype=np.int64)
+        self.out_len = np.zeros(cap, dtype=np.int64)
+        self.t_first = np.zeros(cap)
+        self.t_arrive = np.zeros(cap)
+        self.lag = np.zeros(cap, dtype=np.int64)
+        self.decoding = np.zeros(cap, dtype=bool)
+        self.ctx_len = np.zeros(cap, dtype=np.int64)  # KV length: prompt + committed tokens
+        self.free_idx = np.arange(cap)
+
+    def n_alive(self) -> int:
+        return int(self.alive.sum())
+
+    def decode_bs(self) -> int:
+        return int(self.decoding.sum())
+
+    def mean_ctx(self, bs: int) -> int:
+        return int(self.ctx_len[self.decoding].sum()) // bs if bs else 0
+
+    def admit(self, arrivals: list[float]) -> tuple[Any, Any]:
+        """Give each arrival a slot and its lengths (drawn in arrival order, identical across
+        controllers); returns (slots, prompt lengths)."""
+        n_new = len(arrivals)
+        slots = self.free_idx[~self.alive][:n_new]
+        if not n_new:
+            return slots, None
+        wl = self.wl
+        p = self.rng.integers(wl.prompt_len[0], wl.prompt_len[1] + 1, size=n_new)
+        o = self.rng.integers(wl.output_len[0], wl.output_len[1] + 1, size=n_new)
+        self.alive[slots] = True
+        self.out_len[slots] = o
+        self.remaining[slots] = o - 1
+        self.t_arrive[slots] = arrivals
+        self.lag[slots] = 0
+        self.ctx_len[slots] = p
+        return slots, p
+
+    def commit(self, t: float, tokens: Any, slots: Any, meter: _Meter | None) -> int:
+        """Commit this iteration's tokens at time `t`; finished requests leave (their TPOT and
+        TTFT go to `meter`, None outside the measured window). Returns the tokens produced."""
+        np = self.np
+        produced = len(slots)
+        dec = self.decoding
+        if dec.any():
+            before = self.remaining[dec]
+            committed = np.minimum(before, tokens)
+            produced += int(committed.sum())
+            self.remaining[dec] = before - committed
+            self.ctx_len[dec] += committed
+            done = dec & (self.remaining <= 0)
+            if done.any():
+                idx = np.flatnonzero(done)
+                if meter is not None:
+                    meter.finished(np, t, self.t_first[idx], self.t_arrive[idx], self.out_len[idx])
+                self.alive[idx] = False
+                dec[idx] = False
+        if len(slots):
+            self.t_first[slots] = t
+            single = slots[self.out_len[slots] <= 1]
+            if single.size:
+                self.alive[single] = False
+                if meter is not None:
+                    meter.ttfts.extend(((t - self.t_arrive[single]) * 1000.0).tolist())
+            dec[slots] = self.alive[slots]
+        return produced
+
+
+class _Decode:
+    """Prices one iteration's decode and samples its tokens (acceptance per depth)."""
+
+    def __init__(
+        self,
+        np: Any,
+        rng: Any,
+        alpha: float,
+        accept_len_fn: Callable[[float], float] | None,
+        rho: float,
+    ) -> None:
+        self.np, self.rng, self.alpha, self.accept_len_fn, self.rho = (
+            np,
+            rng,
+            alpha,
+            accept_len_fn,
+            rho,
+        )
+        self._cum: dict[tuple[DraftShape, float], Any] = {}
+
+    def cum_for(self, shape: DraftShape, a: float) -> Any:
+        key = (shape, round(a, 4))
+        c = self._cum.get(key)
+        if c is None:
+            c = self.np.cumprod(self.np.array(depth_accept_probs(a, shape, self.rho)))
+            self._cum[key] = c
+        return c
+
+    def run(
+        self, plan: Plan, bs: int, t: float, cost: CostModel, reqs: _Requests, ctl: Controller
+    ) -> tuple[float, Any, int]:
+        """(ms, tokens per request, tokens in all) of the decode at batch size `bs` (> 0)."""
+        dec = reqs.decoding
+        kind = plan.kind
+        if kind == SPEC:
+            shape = plan.shape
+            assert shape is not None
+            a = self.alpha if self.accept_len_fn is None else self.accept_len_fn(t)
+            ms = cost.spec_ms(bs, shape)
+            u = self.rng.random(bs)
+            tokens = (u[:, None] < self.cum_for(shape, a)[None, :]).sum(axis=1) + 1
+            ctl.feed(shape, float(tokens.mean()), bs)
+            reqs.lag[dec] = 0
+            return ms, tokens, int(tokens.sum())
+        if kind == PLAIN:
+            reqs.lag[dec] += 1
+            return cost.plain_ms(bs), 1, bs
+        if kind == WARM:
+            if isinstance(ctl, SGLangAdaptiveController):
+                ctl.feed_steps0(bs)
+            return cost.steps0_ms(bs), 1, bs
+        # RESYNC: plain decode + a batched draft-extend over every request's lag
+        lag_total = int(reqs.lag[dec].sum()) + bs
+        reqs.lag[dec] = 0
+        return cost.resync_ms(bs, lag_total), 1, bs
+
+
+class _Meter:
+    """What a run measures, inside the window after the warm-up iterations."""
+
+    def __init__(self, record_timeline: bool, tpot_window_s: float) -> None:
+        self.tpot_window_s = tpot_window_s
+        self.tpots: list[float] = []
+        self.decode_ms: list[float] = []
+        self.decode_tokens: list[int] = []
+        self.ttfts: list[float] = []
+        self.win_req_ms: dict[int, float] = {}  # wall-clock window -> request-ms decoding
+        self.win_tok: dict[int, int] = {}  # wall-clock window -> tokens committed in it
+        self.timeline: list[tuple[float, int, str]] | None = [] if record_timeline else None
+        self.mode_time = dict.fromkeys(Mode, 0.0)
+        self.switches = 0
+        self.last_sig: object = None
+        self.win_t0 = 0.0
+        self.win_tokens = 0
+
+    def switch(self, ctl: Controller, plan: Plan, in_window: bool) -> None:
+        """Count a switch (inside the measured window only): an FSM's DRAINING / RESYNCING
+        iteration, a peer's change of what it runs."""
+        if isinstance(ctl, FSMController):
+            if (plan.mode is Mode.DRAINING or plan.mode is Mode.RESYNCING) and in_window:
+                self.switches += 1
+            return
+        if isinstance(ctl, SGLangAdaptiveController):
+            sig: object = plan.shape.steps if plan.shape is not None else 0
+        else:
+            sig = plan.kind == SPEC
+        if self.last_sig is not None and sig != self.last_sig and in_window:
+            self.switches += 1
+        self.last_sig = sig
+
+    def iteration(
+        self, t: float, dt: float, ms: float, bs: int, n_tok: int, plan: Plan, in_window: bool
+    ) -> None:
+        """Account one iteration that ended at `t` and took `dt` s (`ms` ms)."""
+        self.mode_time[plan.mode] += dt if in_window else 0.0
+        if in_window and bs:
+            w = int((t - dt - self.win_t0) / self.tpot_window_s)
+            self.win_req_ms[w] = self.win_req_ms.get(w, 0.0) + ms * bs
+            self.win_tok[w] = self.win_tok.get(w, 0) + n_tok
+        if self.timeline is not None:
+            self.timeline.append((t, bs, plan.mode.value))
+
+    def finished(self, np: Any, t: float, t_first: Any, t_arrive: Any, out_len: Any) -> None:
+        """Requests that finished at `t`: TPOT, decode time and tokens, TTFT."""
+        tp = (t - t_first) / np.maximum(out_len - 1, 1) * 1000.0
+        self.tpots.extend(tp.tolist())
+        self.decode_ms.extend(((t - t_first) * 1000.0).tolist())
+        self.decode_tokens.extend(np.maximum(out_len - 1, 1).tolist())
+        self.ttfts.extend(((t_first - t_arrive) * 1000.0).tolist())
+
+    def result(self, ctl: Controller, load: Load, iterations: int, t: float) -> RunResult:
+        window_s = max(t - self.win_t0, 1e-9)
+        return RunResult(
+            policy=ctl.name,
+            load=load.name,
+            iterations=iterations,
+            sim_time_s=window_s,
+            output_tokens=self.win_tokens,
+            tok_s=self.win_tokens / window_s,
+            tpot_ms=self.tpots,
+            ttft_ms=self.ttfts,
+            switches=self.switches,
+            mode_time_s={m.value: v for m, v in self.mode_time.items()},
+            timeline=self.timeline,
+            decode_ms=self.decode_ms,
+            decode_tokens=self.decode_tokens,
+            window_tpot_ms=[
+                self.win_req_ms[w] / self.win_tok[w]
+                for w in sorted(self.win_req_ms)
+                if self.win_tok[w]
+            ],
+        )
+
+
 def run(
     controller: Controller,
     load: Load,
@@ -164,214 +405,51 @@ def run(
     wl = workload if workload is not None else Workload()
     if iterations is None and load.duration_s is None:
         raise ValueError("run: give iterations or a load with duration_s")
-    cap = wl.max_running
-    req_rng = np.random.default_rng([seed, 1])
-    acc_rng = np.random.default_rng([seed, 2])
-    arr_rng = np.random.default_rng([seed, 3])
-
-    alive = np.zeros(cap, dtype=bool)
-    remaining = np.zeros(cap, dtype=np.int64)
-    out_len = np.zeros(cap, dtype=np.int64)
-    t_first = np.zeros(cap)
-    t_arrive = np.zeros(cap)
-    lag = np.zeros(cap, dtype=np.int64)
-    decoding = np.zeros(cap, dtype=bool)
-    ctx_len = np.zeros(cap, dtype=np.int64)  # KV length per request: prompt + committed tokens
-    # a table over several contexts prices each iteration at its batch's mean KV length
-    ctx_aware = len(cost.contexts) > 1
-
-    # request stream: lengths drawn in arrival order (identical across controllers)
-    def draw(n: int) -> tuple[Any, Any]:
-        p = req_rng.integers(wl.prompt_len[0], wl.prompt_len[1] + 1, size=n)
-        o = req_rng.integers(wl.output_len[0], wl.output_len[1] + 1, size=n)
-        return p, o
-
-    queue: list[float] = []  # arrival times (open loop)
-    next_arrival = 0.0
-    qhead = 0
-
-    cum_cache: dict[tuple[DraftShape, float], Any] = {}
-
-    def cum_for(shape: DraftShape, a: float) -> Any:
-        key = (shape, round(a, 4))
-        c = cum_cache.get(key)
-        if c is None:
-            c = np.cumprod(np.array(depth_accept_probs(a, shape, rho)))
-            cum_cache[key] = c
-        return c
-
-    t = 0.0
-    it = 0
-    out_tokens = 0
-    win_tokens = 0
-    win_t0 = 0.0
-    switches = 0
-    last_sig: object = None
-    mode_time = dict.fromkeys(Mode, 0.0)
-    tpots: list[float] = []
-    decode_ms: list[float] = []
-    decode_tokens: list[int] = []
-    win_req_ms: dict[int, float] = {}  # wall-clock window -> request-ms spent decoding
-    win_tok: dict[int, int] = {}  # wall-clock window -> tokens committed to decoding requests
-    ttfts: list[float] = []
-    timeline: list[tuple[float, int, str]] | None = [] if record_timeline else None
-    accept_lens: tuple[int, ...] = ()
+    reqs = _Requests(np, wl, np.random.default_rng([seed, 1]))
+    decode = _Decode(np, np.random.default_rng([seed, 2]), alpha, accept_len_fn, rho)
+    arrivals = _Arrivals(load, np.random.default_rng([seed, 3]))
+    meter = _Meter(record_timeline, tpot_window_s)
+    ctx_aware = len(cost.contexts) > 1  # several contexts: price at the batch's mean KV length
     is_fsm = isinstance(controller, FSMController)
-    is_sgl = isinstance(controller, SGLangAdaptiveController)
+    lazy = lazy_draft_prefill or controller.lazy_draft_prefill
     end_t = load.duration_s if load.duration_s is not None else math.inf
     max_it = iterations if iterations is not None else sys.maxsize
-    free_idx = np.arange(cap)
-    lazy = lazy_draft_prefill or controller.lazy_draft_prefill
-
+    accept_lens: tuple[int, ...] = ()
+    t = 0.0
+    it = 0
     while t < end_t and it < max_it:
-        # ---------------- admission
-        n_alive = int(alive.sum())
-        level = load.level(t)
-        if load.kind == "concurrency":
-            n_new = max(0, min(round(level) - n_alive, cap - n_alive))
-            arrivals = [t] * n_new
-        else:
-            while next_arrival <= t:
-                queue.append(next_arrival)
-                rate = max(load.level(next_arrival), 1e-9)
-                next_arrival += float(arr_rng.exponential(1.0 / rate))
-            n_new = min(len(queue) - qhead, cap - n_alive)
-            arrivals = queue[qhead : qhead + n_new]
-            qhead += n_new
-            if qhead > 4096:
-                del queue[:qhead]
-                qhead = 0
-        bs = int(decoding.sum())
-        if bs == 0 and n_new == 0:
-            # idle: jump to the next arrival
-            t = min(next_arrival, end_t) if load.kind == "poisson" else t + 0.001
+        new = arrivals.take(t, reqs.n_alive(), reqs.cap)
+        bs = reqs.decode_bs()
+        if bs == 0 and not new:
+            t = arrivals.idle_until(t, end_t)
             continue
-        new_slots = free_idx[~alive][:n_new]
-        prefill_tokens = 0
-        if n_new:
-            p, o = draw(n_new)
-            prefill_tokens = int(p.sum())
-            alive[new_slots] = True
-            out_len[new_slots] = o
-            remaining[new_slots] = o - 1
-            t_arrive[new_slots] = arrivals
-            lag[new_slots] = 0
-            ctx_len[new_slots] = p
-
-        # ---------------- controller
-        mean_ctx = int(ctx_len[decoding].sum()) // bs if bs else 0
-        plan = controller.plan(it, bs, n_new, accept_lens if is_fsm else (), mean_ctx)
-        kind = plan.kind
-        with_draft = controller.has_draft and not (lazy and kind == PLAIN)
+        slots, prompts = reqs.admit(new)
+        mean_ctx = reqs.mean_ctx(bs)
+        plan = controller.plan(it, bs, len(new), accept_lens if is_fsm else (), mean_ctx)
+        # prefill: through the draft too unless this PLAIN iteration leaves it cold (lazy)
+        with_draft = controller.has_draft and not (lazy and plan.kind == PLAIN)
+        prefill_tokens = int(prompts.sum()) if new else 0
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
-        step_cost = cost.at_ctx_bucket(mean_ctx) if ctx_aware and bs else cost
-        if n_new and not with_draft and controller.has_draft:
-            lag[new_slots] = p
+        if new and not with_draft and controller.has_draft:
+            reqs.lag[slots] = prompts
         tokens: Any = 1
         n_tok = bs
         if bs:
-            if kind == SPEC:
-                shape = plan.shape
-                assert shape is not None
-                a = alpha if accept_len_fn is None else accept_len_fn(t)
-                ms += step_cost.spec_ms(bs, shape)
-                u = acc_rng.random(bs)
-                n_acc = (u[:, None] < cum_for(shape, a)[None, :]).sum(axis=1)
-                tokens_arr = n_acc + 1
-                mean_acc = float(tokens_arr.mean())
-                if is_fsm:
-                    accept_lens = tuple(tokens_arr.tolist())
-                controller.feed(shape, mean_acc, bs)
-                lag[decoding] = 0
-                tokens = tokens_arr
-                n_tok = int(tokens_arr.sum())
-            elif kind == PLAIN:
-                ms += step_cost.plain_ms(bs)
-                lag[decoding] += 1
-                accept_lens = ()
-            elif kind == WARM:
-                ms += step_cost.steps0_ms(bs)
-                accept_lens = ()
-                if is_sgl:
-                    controller.feed_steps0(bs)  # type: ignore[attr-defined]
-            else:  # RESYNC
-                lag_total = int(lag[decoding].sum()) + bs
-                ms += step_cost.resync_ms(bs, lag_total)
-                lag[decoding] = 0
-                accept_lens = ()
+            step_cost = cost.at_ctx_bucket(mean_ctx) if ctx_aware else cost
+            decode_ms, tokens, n_tok = decode.run(plan, bs, t, step_cost, reqs, controller)
+            ms += decode_ms
+            if is_fsm:  # what the policy sees next iteration: this iteration's verifies
+                accept_lens = tuple(tokens.tolist()) if plan.kind == SPEC else ()
         controller.after(plan)
         in_window = it >= warmup_iterations
-        # switches inside the measured window only (like `iterations`)
-        if is_fsm:
-            if (plan.mode is Mode.DRAINING or plan.mode is Mode.RESYNCING) and in_window:
-                switches += 1
-        else:
-            sig: object = (
-                (plan.shape.steps if plan.shape is not None else 0) if is_sgl else kind == SPEC
-            )
-            if last_sig is not None and sig != last_sig and in_window:
-                switches += 1
-            last_sig = sig
-
+        meter.switch(controller, plan, in_window)
         dt = ms / 1000.0
         t += dt
         if it == warmup_iterations:
-            win_t0 = t - dt
-        mode_time[plan.mode] += dt if in_window else 0.0
-        if in_window and bs:
-            w = int((t - dt - win_t0) / tpot_window_s)
-            win_req_ms[w] = win_req_ms.get(w, 0.0) + ms * bs
-            win_tok[w] = win_tok.get(w, 0) + n_tok
-        if timeline is not None:
-            timeline.append((t, bs, plan.mode.value))
-
-        # ---------------- commit tokens
-        produced = n_new
-        if bs:
-            before = remaining[decoding]
-            committed = np.minimum(before, tokens)
-            produced += int(committed.sum())
-            remaining[decoding] = before - committed
-            ctx_len[decoding] += committed
-            done = decoding & (remaining <= 0)
-            if done.any():
-                idx = np.flatnonzero(done)
-                if in_window:
-                    ol = out_len[idx]
-                    tp = (t - t_first[idx]) / np.maximum(ol - 1, 1) * 1000.0
-                    tpots.extend(tp.tolist())
-                    decode_ms.extend(((t - t_first[idx]) * 1000.0).tolist())
-                    decode_tokens.extend(np.maximum(ol - 1, 1).tolist())
-                    ttfts.extend(((t_first[idx] - t_arrive[idx]) * 1000.0).tolist())
-                alive[idx] = False
-                decoding[idx] = False
-        if n_new:
-            t_first[new_slots] = t
-            single = new_slots[out_len[new_slots] <= 1]
-            if single.size:
-                alive[single] = False
-                if in_window:
-                    ttfts.extend(((t - t_arrive[single]) * 1000.0).tolist())
-            decoding[new_slots] = alive[new_slots]
-        out_tokens += produced
+            meter.win_t0 = t - dt
+        meter.iteration(t, dt, ms, bs, n_tok, plan, in_window)
+        produced = reqs.commit(t, tokens, slots, meter if in_window else None)
         if in_window:
-            win_tokens += produced
+            meter.win_tokens += produced
         it += 1
-
-    window_s = max(t - win_t0, 1e-9)
-    return RunResult(
-        policy=controller.name,
-        load=load.name,
-        iterations=max(0, it - warmup_iterations),
-        sim_time_s=window_s,
-        output_tokens=win_tokens,
-        tok_s=win_tokens / window_s,
-        tpot_ms=tpots,
-        ttft_ms=ttfts,
-        switches=switches,
-        mode_time_s={m.value: v for m, v in mode_time.items()},
-        timeline=timeline,
-        decode_ms=decode_ms,
-        decode_tokens=decode_tokens,
-        window_tpot_ms=[win_req_ms[w] / win_tok[w] for w in sorted(win_req_ms) if win_tok[w]],
-    )
+    return meter.result(controller, load, max(0, it - warmup_iterations), t)
