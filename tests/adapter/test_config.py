@@ -23,6 +23,8 @@ from specfsm_sglang.config import (
 )
 
 from specfsm import FixedPolicy, ThresholdPolicy
+from specfsm.model.acceptance import DraftShape
+from specfsm.policy import GoodputPolicy
 
 
 def test_not_requested_without_variables() -> None:
@@ -151,7 +153,10 @@ def test_policies_from_json() -> None:
             "accept_len": 2.5,
         }
     )
-    assert goodput.describe()
+    assert isinstance(goodput, GoodputPolicy)
+    assert goodput.cost.shape == DraftShape.chain(3) and goodput.prior_accept_len == 2.5
+    assert goodput.cost.table.source == "h200_sglang0517_llama8b"
+    assert goodput.describe()["policy"] == "goodput"
 
 
 class Plugged:

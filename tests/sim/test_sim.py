@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import json
 
 import pytest
 
@@ -19,7 +19,7 @@ from specfsm.sim.peers import (
     SGLangAdaptiveController,
 )
 from specfsm.sim.traces import Workload, bursts, fixed_concurrency, ramp, sinusoid
-from specfsm.sim.tune import recommend, sglang_equivalent
+from specfsm.sim.tune import recommend, sglang_equivalent, sglang_spec_cuda_graph_bs
 
 CHAIN3 = DraftShape.chain(3)
 ONE = Workload(prompt_len=(512, 512), output_len=(101, 101), max_running=256)
@@ -40,10 +40,10 @@ def test_one_request_plain(cost: CostModel) -> None:
         workload=ONE,
         iterations=101,
     )
-    prefill = 512 * 134.9111 / 4096
+    prefill = cost.prefill_ms(512, with_draft=False)
     assert r.ttft_ms == [pytest.approx(prefill)]
-    assert r.tpot_ms == [pytest.approx(4.8831)]
-    assert r.tok_s == pytest.approx(101 / ((prefill + 100 * 4.8831) / 1000))
+    assert r.tpot_ms == [pytest.approx(cost.plain_ms(1))]
+    assert r.tok_s == pytest.approx(101 / ((prefill + 100 * cost.plain_ms(1)) / 1000))
     assert r.switches == 0 and r.mode_frac()["PLAIN"] == 1.0
 
 
@@ -240,24 +240,36 @@ def test_recommend_and_sglang_json(cost: CostModel) -> None:
     """Threshold high = crossover-1; the SGLang steps=0 slot key lies above pad(high)."""
     acc = (1 - 0.8**4) / 0.2
     rec = recommend(cost, acc)
-    assert rec.crossover_bs == 121 and rec.threshold_high == 120 and rec.threshold_low < 120
-    cfg = sglang_equivalent(CHAIN3, 120)
-    assert cfg["1"] == {"candidate_steps": [3]} and cfg["128"] == {"candidate_steps": [0]}
+    x = rec.crossover_bs
+    assert x is not None and x == cost.crossover_bs(acc)
+    assert cost.plain_tps(x) >= cost.spec_tps(x, acc) and cost.plain_tps(x - 1) < cost.spec_tps(
+        x - 1, acc
+    )
+    assert rec.threshold_high == x - 1 and rec.threshold_low < rec.threshold_high
+    graph = sglang_spec_cuda_graph_bs(512)
+    padded = next(g for g in graph if g >= rec.threshold_high)
+    key = next(g for g in graph if g > padded)
+    cfg = sglang_equivalent(CHAIN3, rec.threshold_high)
+    assert cfg["1"] == {"candidate_steps": [3]} and cfg[str(key)] == {"candidate_steps": [0]}
+    assert key > rec.threshold_high
     # against a warm off step (plain + 1-token draft-extend) speculation wins longer
     warm = recommend(cost, acc, plain="warm")
-    assert warm.crossover_bs == 140 and warm.threshold_high == 139
-    assert cost.spec_tps(139, acc) > cost.off_tps(139, "warm")
-    assert cost.spec_tps(140, acc) <= cost.off_tps(140, "warm")
+    xw = warm.crossover_bs
+    assert xw is not None and xw > x and warm.threshold_high == xw - 1
+    assert cost.spec_tps(xw - 1, acc) > cost.off_tps(xw - 1, "warm")
+    assert cost.spec_tps(xw, acc) <= cost.off_tps(xw, "warm")
     assert rec.sglang_config == warm.sglang_config  # SGLang's steps=0 is warm either way
 
 
-def test_tune_main_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    """`specfsm tune` prints the crossover and the SGLang JSON."""
+def test_tune_main_prints(cost: CostModel, capsys: pytest.CaptureFixture[str]) -> None:
+    """`specfsm tune` prints both crossovers (as `recommend` computes them) and the SGLang JSON."""
+    acc = (1 - 0.8**4) / 0.2
     assert tune_main(["--alpha", "0.8"]) == 0
     out = capsys.readouterr().out
-    assert "crossover bs (warm PLAIN): 140" in out and "candidate_steps" in out
-    assert "crossover bs (zero-tax PLAIN): 121" in out
-    assert math.isfinite(1.0)
+    warm, zero = recommend(cost, acc, plain="warm"), recommend(cost, acc)
+    assert f"crossover bs (warm PLAIN): {warm.crossover_bs}\n" in out
+    assert f"crossover bs (zero-tax PLAIN): {zero.crossover_bs}\n" in out
+    assert json.dumps(warm.sglang_config) in out and "candidate_steps" in out
 
 
 MERGED = "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"

@@ -9,7 +9,7 @@ import pytest
 
 from specfsm.cli.tune import main as tune_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gpu_server"
 TABLES = "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"
 

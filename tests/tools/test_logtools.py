@@ -23,7 +23,7 @@ from specfsm.logtools.summary import dwells, reason_pattern, summarize
 from specfsm.logtools.timeline import downsample
 from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H200_TGZ = ROOT / "benchmarks/gpu/results/2026-11-30_specfsm/specfsm_logs.tgz"
 H200_ENGINES = ("agree_full", "agree_mid", "chain_fsm", "chain_fsm_overlap", "tree_fsm")
 FLAP = {"name": "every", "k": 2}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "examples" / "gpu_server" / "grafana-specfsm.json"
 #: SGLang's scheduler labels, the ones a join may name (observability/metrics_collector.py)
 JOIN_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"}
