@@ -5,7 +5,7 @@ module builds a separate one only to render text. The diagram is a document, not
 a running machine: edges carry the event names the logs print (LOAD_HIGH, not the trigger
 value load_high), the Mermaid front matter has a real `title:`, and GraphMachine's runtime
 colouring (its active-state classes) is left out. `edge_table()` says beside it who emits each
-event and when (`specfsm.table.EVENT_SOURCES`). A rendered SVG is committed next to the source
+event and when (`specfsm.fsm.table.EVENT_SOURCES`). A rendered SVG is committed next to the source
 (docs/img/state-machine.svg, `scripts/render_diagram.sh`); it records the hash of the Mermaid
 source it was rendered from, and a test fails when the table moves on without it.
 """
@@ -115,7 +115,7 @@ def doc_block() -> str:
             "Rendered from the source above by Mermaid in a headless browser "
             f"(`scripts/render_diagram.py`; source hash `{mermaid_hash()}`).",
             "",
-            "Every edge, who emits its event and when (`specfsm.table.EVENT_SOURCES`):",
+            "Every edge, who emits its event and when (`specfsm.fsm.table.EVENT_SOURCES`):",
             "",
             *edge_table(),
             "",
