@@ -76,7 +76,7 @@ class Surface:
         )
 
     @property
-    def batch_retract(self) -> str:  # AFTER (test channel only): count retracted requests
+    def batch_retract(self) -> str:  # AFTER (the test bed's test channel): retracted requests
         return "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode"
 
 
@@ -87,12 +87,6 @@ SURFACES: dict[str, Surface] = {
     "0.5.17": Surface(),
 }
 SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
-
-#: TEST ONLY, not a feature: "1" leaves the 1-wide verify input's int32 candidates as SGLang
-#: builds them (no `worker_trivial_verify` hook), so that a test can reproduce the H200 crash
-#: on the CPU test bed. Read by `hooks.register`, honoured only together with the test channel
-#: (SPECFSM_TEST_DIR); tests/engine/test_int64_candidates.py.
-TEST_KEEP_INT32_CANDIDATES_ENV = "SPECFSM_TEST_KEEP_INT32_CANDIDATES"
 
 
 def sglang_version() -> str:

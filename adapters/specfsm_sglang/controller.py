@@ -14,6 +14,12 @@ three points of each iteration:
 
 The controller never changes mode-specific state itself: only SGLangModeActions does, inside
 transitions.
+
+Extension points (production API, typed): a `ControllerExtension` (registered with
+`hooks.add_extension`) may wrap the ModeActions before the machine is built and add
+`ControllerObserver`s, which see each decode forward (before the decision, before the contract
+check, after both), each other forward, each processed result, each transition, each fault
+and each idle check. With no observer the hot path pays one empty-list test per point.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import os
 import stat
 import time
 from collections import deque
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from specfsm import (
     Contracts,
@@ -33,40 +39,72 @@ from specfsm import (
     MachineFailed,
     Mode,
     ModeActionError,
+    ModeActions,
     Observation,
     SpecFSM,
+    SpecFSMError,
     TransitionLog,
     TransitionRecord,
     json_logger,
 )
-from specfsm.fsm.actions import action_name
 from specfsm.fsm.contracts import Violation, describe
 from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.config import Config, ConfigError, make_policy
 
-TEST_DIR_ENV = "SPECFSM_TEST_DIR"  # test-only channel: fault injection in, counters out
+
+class ControllerObserver:
+    """Sees what one rank's controller sees; subclass it and override what you need.
+
+    Observers are added to :attr:`Controller.observers` (usually by a
+    :class:`ControllerExtension`'s ``attach``). They run on the scheduler's thread, in the hot
+    path, so they must be cheap; an exception raised by one propagates into SGLang's scheduler.
+    Every method here does nothing.
+    """
+
+    def before_decide(self, ctl: Controller, batch: Any) -> None:
+        """A decode forward begins: ``ctl.iteration`` counts it; the policy has not decided."""
+
+    def before_check(self, ctl: Controller, batch: Any, mode: Mode) -> None:
+        """The forward's mode is final (transitions and completion events are done); the
+        contracts check ``batch`` next."""
+
+    def on_decode(self, ctl: Controller, batch: Any, mode: Mode) -> None:
+        """The decode forward passed the contracts and runs in ``mode``."""
+
+    def after_forward(self, ctl: Controller, batch: Any, result: Any, wide: bool) -> None:
+        """A decode forward returned; ``wide``: it was a K-wide (speculative) forward."""
+
+    def on_extend(self, ctl: Controller, batch: Any) -> None:
+        """A forward that is not a decode (prefill / extend) is about to run."""
+
+    def on_result(self, ctl: Controller, batch: Any, result: Any) -> None:
+        """SGLang processes a forward's result (called before the controller takes its accept
+        lengths)."""
+
+    def on_transition(self, ctl: Controller, rec: TransitionRecord) -> None:
+        """A transition happened (after the controller's metrics counted it)."""
+
+    def on_fault(self, ctl: Controller, exc: SpecFSMError) -> None:
+        """A mode action failed (:class:`ModeActionError`: the machine went to PLAIN and the
+        engine keeps serving) or the machine failed (:class:`MachineFailed`: re-raised after
+        the observers ran)."""
+
+    def on_idle(self, ctl: Controller) -> None:
+        """SGLang's scheduler ran its idle check (no batch to run)."""
 
 
-class _FaultInjector:
-    """Wraps ModeActions; raises from chosen actions a chosen number of times (tests only)."""
+class ControllerExtension(Protocol):
+    """Plugs into every Controller built in this process (``hooks.add_extension``)."""
 
-    def __init__(self, inner: SGLangModeActions) -> None:
-        self.inner = inner
-        self.fail: dict[str, int] = {}
-        for mode in Mode:
-            for kind in ("enter", "exit"):
-                name = action_name(kind, mode)
-                setattr(self, name, self._wrap(name, getattr(inner, name)))
+    def wrap_actions(self, ctl: Controller, actions: ModeActions) -> ModeActions:
+        """Called once per controller, before its machine is built: return ``actions`` or an
+        object that wraps them (same ModeActions protocol)."""
+        ...
 
-    def _wrap(self, name: str, fn: Any) -> Any:
-        def action(t: Any) -> None:
-            if self.fail.get(name, 0) > 0:
-                self.fail[name] -= 1
-                raise RuntimeError(f"injected failure in {name}")
-            fn(t)
-
-        return action
+    def attach(self, ctl: Controller) -> None:
+        """Called once per controller, at the end of its construction (add observers here)."""
+        ...
 
 
 class _Subject:
@@ -149,7 +187,13 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
 class Controller:
     """specfsm inside one scheduler rank."""
 
-    def __init__(self, worker: Any, server_args: Any, cfg: Config) -> None:
+    def __init__(
+        self,
+        worker: Any,
+        server_args: Any,
+        cfg: Config,
+        extensions: Sequence[ControllerExtension] = (),
+    ) -> None:
         from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
 
         self.worker = worker
@@ -190,12 +234,11 @@ class Controller:
         self._wide_its: deque[int] = deque(maxlen=8)
         self._last_correct: list[int] | None = None
 
-        self.test_dir = os.environ.get(TEST_DIR_ENV) or None
+        #: called at the points ControllerObserver documents (see there)
+        self.observers: list[ControllerObserver] = []
         actions: Any = SGLangModeActions(worker, self.spec_state, self.plain_state, self)
-        self.injector: _FaultInjector | None = None
-        if self.test_dir:
-            self.injector = _FaultInjector(actions)
-            actions = self.injector
+        for ext in extensions:
+            actions = ext.wrap_actions(self, actions)
         # checked (directory created) in the parent; again here for this rank's path
         log_dest = config.prepare_log(cfg.log, self.rank) if cfg.log else None
         self.log = TransitionLog(json_logger(log_dest) if log_dest else None, rank=self.rank)
@@ -234,22 +277,11 @@ class Controller:
         self.control_every = cfg.control_every
         self._control_sig: tuple[int, ...] | None = None  # (type, mtime_ns, size, inode) seen
         self._policy_faults_seen = 0
-        self._inject_mtime = 0.0
-        self._stale_inject = 0
-        self._idle_written = 0.0
-        self.counters: dict[str, Any] = {
-            "rank": self.rank,
-            "decode_forwards": 0,
-            "wide_forwards": 0,
-            "transitions": {},
-            "mode_forwards": {m.name: 0 for m in Mode},
-            "action_failures": 0,
-            "idle_checks": 0,
-            "contract_checks": 0,
-            "policy_faults": 0,
-            "control_polls": 0,
-            "control_poll_max_ns": 0,
-        }
+        #: mode actions that failed (each one a FAULT transition to PLAIN)
+        self.action_failures = 0
+        #: control-file polls, and the longest one (ns): the poll must never block
+        self.control_polls = 0
+        self.control_poll_max_ns = 0
         self.fsm.listeners.append(self._on_transition)
         # created at the end of Scheduler.__init__ (start_metrics), with SGLang's labels
         self.metrics: Any = None
@@ -268,6 +300,8 @@ class Controller:
                 "policy": self.fsm.policy.describe(),
             }
         )
+        for ext in extensions:
+            ext.attach(self)
 
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
@@ -283,16 +317,17 @@ class Controller:
     def before_forward(self, batch: Any) -> None:
         """Decide (and transition if due), emit completion events, check contracts."""
         self.iteration = it = self.iteration + 1
-        if self.test_dir is not None:
-            self._poll_test_channel(batch)
+        observers = self.observers
+        if observers:
+            for o in observers:
+                o.before_decide(self, batch)
         if self.control_file is not None and it % self.control_every == 0:
             t0 = time.perf_counter_ns()
             self._poll_control()
             dt = time.perf_counter_ns() - t0
-            c = self.counters
-            c["control_polls"] += 1
-            if dt > c["control_poll_max_ns"]:
-                c["control_poll_max_ns"] = dt
+            self.control_polls += 1
+            if dt > self.control_poll_max_ns:
+                self.control_poll_max_ns = dt
         bs = compat.local_batch_size(batch)
         mean_ctx = 0  # 0: not measured (the log line then has no mean_ctx)
         if getattr(self.fsm.policy, "ctx_aware", False):
@@ -321,50 +356,54 @@ class Controller:
                     fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight")
             elif mode is Mode.RESYNCING and self.resync_left <= 0:
                 fsm.process_event(Event.RESYNCED, obs, "draft caught up for every running request")
-        except ModeActionError:
+        except ModeActionError as exc:
             # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
             # keeps serving in PLAIN
-            self.counters["action_failures"] += 1
-            if self.test_dir is not None:
-                self._write_counters()
-        except MachineFailed:
-            self._write_counters()
+            self.action_failures += 1
+            for o in observers:
+                o.on_fault(self, exc)
+        except MachineFailed as exc:
+            for o in observers:
+                o.on_fault(self, exc)
             raise
         mode = fsm.mode
         sub = self._subject
         sub.batch = batch
-        if self._stale_inject:
-            self._inject_stale(batch)
+        if observers:
+            for o in observers:
+                o.before_check(self, batch, mode)
         t0 = time.perf_counter_ns()
         self.contracts.check(mode, sub)
         self.contract_ns += time.perf_counter_ns() - t0
         sub.batch = None
-        c = self.counters
-        c["decode_forwards"] += 1
-        c["mode_forwards"][mode.value] += 1
+        if observers:
+            for o in observers:
+                o.on_decode(self, batch, mode)
 
     def after_forward(self, batch: Any, result: Any) -> None:
-        if self.worker.speculative_num_steps > 0:
+        wide = self.worker.speculative_num_steps > 0
+        if wide:
             self.inflight_wide += 1
             self._wide_its.append(self.iteration)
-            self.counters["wide_forwards"] += 1
         elif self.resync_left > 0:
             self.resync_left -= 1
+        if self.observers:
+            for o in self.observers:
+                o.after_forward(self, batch, result, wide)
 
     def note_extend(self, batch: Any) -> None:
-        """Tests only: requests prefilled (arrivals) per mode."""
-        key = "arrivals_by_mode"
-        by = self.counters.setdefault(key, {m.name: 0 for m in Mode})
-        by[self.fsm.mode.value] += len(batch.reqs)
+        """A forward that is not a decode is about to run (only the observers care)."""
+        if self.observers:
+            for o in self.observers:
+                o.on_extend(self, batch)
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
         self._last_correct = num_correct_drafts_per_req
 
     def after_process_result(self, batch: Any, result: Any) -> None:
-        if self.test_dir is not None and not batch.forward_mode.is_extend():
-            by = self.counters.setdefault("finished_by_mode", {m.name: 0 for m in Mode})
-            by[self.fsm.mode.value] += sum(1 for r in batch.reqs if r.finished())
-            self._write_counters()  # tests read counters right after a request returns
+        if self.observers:
+            for o in self.observers:
+                o.on_result(self, batch, result)
         k = getattr(result, "speculative_num_draft_tokens", None)
         if k is None or k <= 1 or batch.forward_mode.is_extend():
             self._last_correct = None
@@ -386,30 +425,23 @@ class Controller:
         self.queued = len(scheduler.waiting_queue)
 
     def on_idle(self) -> None:
-        self.counters["idle_checks"] += 1
-        if self.test_dir is not None:
-            now = time.monotonic()
-            if now - self._idle_written >= 0.25:  # the idle loop may spin: throttle the writes
-                self._idle_written = now
-                self._write_counters()
+        if self.observers:
+            for o in self.observers:
+                o.on_idle(self)
 
     # ------------------------------------------------------------------ transitions
     def _on_transition(self, rec: TransitionRecord) -> None:
-        key = f"{rec.src.value}->{rec.dst.value}"
-        t = self.counters["transitions"]
-        t[key] = t.get(key, 0) + 1
         faults = self.fsm.policy_faults
         new_faults = faults - self._policy_faults_seen
         if new_faults:  # a policy fault: its FAULT transition is this one
             self._policy_faults_seen = faults
-            self.counters["policy_faults"] = faults
             if self.metrics is not None:
                 err = self.fsm.last_policy_error
                 self.metrics.policy_fault(err.policy if err is not None else "?", new_faults)
         if self.metrics is not None:
             self.metrics.transition(rec)
-        if self.test_dir is not None:
-            self._write_counters()
+        for o in self.observers:
+            o.on_transition(self, rec)
 
     # ------------------------------------------------------------------ runtime control
     def _poll_control(self) -> None:
@@ -515,45 +547,6 @@ class Controller:
             {"control": "applied", "request": content, "policy": policy.describe()},
             iteration=self.iteration,
         )
-
-    # ------------------------------------------------------------------ test channel
-    def _poll_test_channel(self, batch: Any) -> None:
-        path = os.path.join(self.test_dir or "", "inject.json")
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError:
-            return
-        if mtime == self._inject_mtime:
-            return
-        self._inject_mtime = mtime
-        cmd = json.loads(Path(path).read_text())
-        if self.injector is not None:
-            for name, n in cmd.get("fail", {}).items():
-                self.injector.fail[name] = int(n)
-        self._stale_inject = int(cmd.get("stale_spec_info", 0))
-        if "control" in cmd:
-            self.apply_control(cmd["control"])
-
-    def _inject_stale(self, batch: Any) -> None:
-        """Tests only: the seeds' bug class, a bs x K tensor where a bs-row one belongs."""
-        info = batch.spec_info
-        if info is None or getattr(info, "bonus_tokens", None) is None:
-            return
-        self._stale_inject -= 1
-        info.bonus_tokens = info.bonus_tokens.repeat_interleave(self.spec_tokens)
-
-    def _write_counters(self) -> None:
-        c = dict(self.counters)
-        c["mode"] = self.fsm.mode.value
-        c["failed"] = self.fsm.failed
-        c["iteration"] = self.iteration
-        c["contract_ns"] = self.contract_ns
-        c["contract_checks"] = self.contracts.checked
-        path = os.path.join(self.test_dir or "", f"counters-rank{self.rank}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(c, f)
-        os.replace(tmp, path)
 
 
 def _file_kind(mode: int) -> str:

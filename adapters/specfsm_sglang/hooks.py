@@ -15,24 +15,38 @@
 | Scheduler.on_idle                           | AFTER  | count SGLang's own idle leak checks       |
 | BatchResultProcessor._resolve_spec_v2_tokens | AROUND | 1-wide rounds are not verify rounds  |
 | TokenizerManager._calculate_spec_decoding_metrics | AFTER | accept length over K-wide rounds |
-| ScheduleBatch.retract_decode (tests only)   | AFTER  | count retracted requests                  |
+
+Other plugins extend each rank's controller through :func:`add_extension` (a
+``controller.ControllerExtension``: wrap its ModeActions, add observers); the test bed's
+test channel (``specfsm_testbed.channel``) is one.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from specfsm_sglang import compat, config
 from specfsm_sglang.config import Config, ConfigError, StartRefused
 
+if TYPE_CHECKING:
+    from specfsm_sglang.controller import Controller, ControllerExtension
+
 CONTROLLER_ATTR = "_specfsm_controller"
 _state: dict[str, Any] = {"cfg": None, "controller": None, "tokenizer_active": False}
+_extensions: list[ControllerExtension] = []
 
 
-def controller() -> Any:
+def controller() -> Controller | None:
     """This process's controller (one scheduler rank per process), or None."""
-    return _state["controller"]
+    ctl: Controller | None = _state["controller"]
+    return ctl
+
+
+def add_extension(ext: ControllerExtension) -> None:
+    """Plug `ext` into every Controller this process builds from now on (call it from a
+    plugin's load(); controllers are built after every plugin loaded)."""
+    _extensions.append(ext)
 
 
 def _refuse(exc: ConfigError) -> NoReturn:
@@ -135,18 +149,6 @@ def ensure_tokenizer_side() -> None:
     HookRegistry.apply_hooks()
 
 
-def _keep_int32_candidates() -> bool:
-    """TEST ONLY (``compat.TEST_KEEP_INT32_CANDIDATES_ENV``, with the test channel on): skip
-    the int64 fix, to reproduce the bug it fixes."""
-    import os
-
-    from specfsm_sglang.controller import TEST_DIR_ENV
-
-    return bool(os.environ.get(TEST_DIR_ENV)) and (
-        os.environ.get(compat.TEST_KEEP_INT32_CANDIDATES_ENV) == "1"
-    )
-
-
 def register(cfg: Config) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -182,7 +184,7 @@ def register(cfg: Config) -> None:
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller
 
-        ctl = Controller(self, self.server_args, _state["cfg"])
+        ctl = Controller(self, self.server_args, _state["cfg"], tuple(_extensions))
         setattr(self, CONTROLLER_ATTR, ctl)
         _state["controller"] = ctl
 
@@ -191,7 +193,7 @@ def register(cfg: Config) -> None:
         if ctl is None:
             return orig(self, batch, *args, **kwargs)
         if not compat.is_decode_forward(batch):
-            if ctl.test_dir is not None:
+            if ctl.observers:
                 ctl.note_extend(batch)
             return orig(self, batch, *args, **kwargs)
         ctl.before_forward(batch)
@@ -246,21 +248,7 @@ def register(cfg: Config) -> None:
     HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)
     HookRegistry.register(s.worker_forward, around_forward, HookType.AROUND)
     HookRegistry.register(s.worker_verify_complete, after_verify_complete, HookType.AFTER)
-    if not _keep_int32_candidates():
-        HookRegistry.register(s.worker_trivial_verify, _after_trivial_verify, HookType.AFTER)
+    HookRegistry.register(s.worker_trivial_verify, _after_trivial_verify, HookType.AFTER)
     HookRegistry.register(s.scheduler_next_batch, after_next_batch, HookType.AFTER)
     HookRegistry.register(s.scheduler_process_result, after_process_result, HookType.AFTER)
     HookRegistry.register(s.scheduler_idle, after_idle, HookType.AFTER)
-
-    import os
-
-    from specfsm_sglang.controller import TEST_DIR_ENV
-
-    if os.environ.get(TEST_DIR_ENV):
-
-        def after_retract(result: Any, *args: Any, **kwargs: Any) -> None:
-            ctl = _state["controller"]
-            if ctl is not None and result:
-                ctl.counters["retracted"] = ctl.counters.get("retracted", 0) + len(result[0])
-
-        HookRegistry.register(s.batch_retract, after_retract, HookType.AFTER)

@@ -433,14 +433,17 @@ def test_hook_target_exists_with_the_expected_signature() -> None:
     assert list(inspect.signature(fn).parameters) == ["self", "batch"]
 
 
-def test_keep_int32_switch_is_test_channel_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The test-only switch that skips the fix is ignored unless the test channel is on."""
-    from specfsm_sglang.controller import TEST_DIR_ENV
+def test_keep_int32_switch_undoes_the_fix_on_the_worker() -> None:
+    """The test channel's switch (tests only) wraps the worker's already-hooked builder so
+    that its candidates are int32 again, as SGLang builds them without the fix."""
+    from specfsm_sglang.testbed import channel
 
-    monkeypatch.setenv(compat.TEST_KEEP_INT32_CANDIDATES_ENV, "1")
-    monkeypatch.delenv(TEST_DIR_ENV, raising=False)
-    assert not hooks._keep_int32_candidates()
-    monkeypatch.setenv(TEST_DIR_ENV, "/tmp/specfsm-test")
-    assert hooks._keep_int32_candidates()
-    monkeypatch.setenv(compat.TEST_KEEP_INT32_CANDIDATES_ENV, "0")
-    assert not hooks._keep_int32_candidates()
+    def build(batch: object) -> SimpleNamespace:
+        result = SimpleNamespace(draft_token=torch.tensor([3, 11, 5], dtype=torch.int32))
+        hooks._after_trivial_verify(result, None, batch)
+        return result
+
+    worker = SimpleNamespace(_build_trivial_verify_input=build)
+    assert worker._build_trivial_verify_input(None).draft_token.dtype == torch.int64
+    channel._keep_int32_candidates(worker)
+    assert worker._build_trivial_verify_input(None).draft_token.dtype == torch.int32

@@ -7,8 +7,8 @@ as ``draft_token``, and ``verify_tree_greedy`` takes int64 candidates only ("Exp
 builds the same int32 bonus tokens (``speculative/eagle_worker_common.py:756``) and the same
 trivial input (``eagle_worker_v2.py:1678-1731``), so a real engine reproduces it once the CPU
 port is as strict as the kernel. Each engine runs in its own process (a failing scheduler kills
-its parent's process tree); the fix is disabled through the test-only switch
-``compat.TEST_KEEP_INT32_CANDIDATES_ENV``.
+its parent's process tree); the fix is undone through the test channel's switch
+``channel.KEEP_INT32_CANDIDATES_ENV`` (the test bed's test-only plugin).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ KERNEL_MESSAGE = "Expected 'candidates' to be of type long (torch.int64)."
 def run_switch_to_plain(tmp_path: Path, keep_int32: bool) -> subprocess.CompletedProcess[str]:
     """An EAGLE3 chain engine that speculates for two decode iterations, then goes PLAIN, and
     generates 16 tokens for 4 prompts."""
-    from specfsm_sglang import compat
+    from specfsm_sglang.testbed import channel
 
     cfg = {
         "policy": {"name": "scripted", "schedule": [[2, "PLAIN"]]},
@@ -37,7 +37,7 @@ def run_switch_to_plain(tmp_path: Path, keep_int32: bool) -> subprocess.Complete
     }
     env = {"SPECFSM_CONFIG_JSON": json.dumps(cfg), "SPECFSM_TEST_DIR": str(tmp_path)}
     if keep_int32:
-        env[compat.TEST_KEEP_INT32_CANDIDATES_ENV] = "1"
+        env[channel.KEEP_INT32_CANDIDATES_ENV] = "1"
     spec = {"engine": {"spec": "EAGLE3"}, "env": env, "generate": True}
     return subprocess.run(
         [sys.executable, str(SCRIPT), json.dumps(spec)],

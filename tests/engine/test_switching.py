@@ -14,19 +14,30 @@ from specfsm_sglang.testbed import fsm as F
 
 pytestmark = pytest.mark.engine
 
+# A test that runs on a subset names it with `on(...)` (only those tests are generated). The
+# subsets are prefixes of CONFIGS: pytest groups a module-scoped fixture's tests by the param's
+# INDEX, so a subset's i-th entry must be CONFIGS' i-th for its tests to share that engine.
 CONFIGS: dict[str, dict[str, Any]] = {
-    "chain-sync": {"tree": False, "overlap": False},
+    "chain-overlap-agree": {"tree": False, "overlap": True, "spec": "EAGLE", "agree": "mid"},
     "chain-overlap": {"tree": False, "overlap": True},
     "tree-sync": {"tree": True, "overlap": False},
+    "chain-sync": {"tree": False, "overlap": False},
     "tree-overlap": {"tree": True, "overlap": True},
-    "chain-overlap-agree": {"tree": False, "overlap": True, "spec": "EAGLE", "agree": "mid"},
 }
 #: Configurations the fault-injection test runs on (8 actions each: the suite's time).
-FAULT_CONFIGS = ("chain-overlap", "tree-sync", "chain-overlap-agree")
+FAULT_CONFIGS = ("chain-overlap-agree", "chain-overlap", "tree-sync")
+#: Configurations on the agreeing target (a draft that accepts, a computed reference).
+AGREE_CONFIGS = ("chain-overlap-agree",)
 PROMPTS = E.default_prompts(6, seed=11)
 ACTIONS = [
     f"{k}_{m}" for m in ("speculating", "draining", "plain", "resyncing") for k in ("enter", "exit")
 ]
+
+
+def on(configs: tuple[str, ...]) -> pytest.MarkDecorator:
+    """Run the test on these configurations only (a prefix of CONFIGS, see above)."""
+    assert tuple(CONFIGS)[: len(configs)] == configs, configs
+    return pytest.mark.parametrize("spec", configs, indirect=True)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -117,12 +128,11 @@ def test_non_greedy_across_switches(spec: Any) -> None:
     assert not F.counters(spec.test_dir, wait_s=5)["failed"]
 
 
+@on(FAULT_CONFIGS)
 @pytest.mark.parametrize("action", ACTIONS)
 def test_fault_in_each_action_keeps_serving(spec: Any, want: Any, action: str) -> None:
     """An exception in any entry/exit action: logged, FAULT to PLAIN, serving continues with
     correct tokens. (Three of the five configurations, to keep the suite's time in budget.)"""
-    if spec.config_name not in FAULT_CONFIGS:
-        pytest.skip(f"fault injection runs on {', '.join(FAULT_CONFIGS)}")
     # every k=2 visits all four modes (k=1 flips PLAIN <-> RESYNCING, abandoning each resync)
     F.set_policy(spec.test_dir, {"name": "every", "k": 2})
     before = F.counters(spec.test_dir, wait_s=5)["action_failures"]
@@ -197,11 +207,10 @@ def test_per_request_spec_metrics_count_k_wide_rounds(spec: Any) -> None:
         assert verify <= 0.75 * (m["completion_tokens"] - 1), m
 
 
+@on(AGREE_CONFIGS)  # the random EAGLE-3 draft accepts ~1 token per verify
 def test_accepting_draft_accepts(spec: Any, want: Any) -> None:
     """On the agreeing draft, pinned SPECULATING: outputs equal and the accept length per
     verify (reported) is above 1.8; under flapping the K-wide rounds still accept as much."""
-    if not spec.agree:
-        pytest.skip("the random EAGLE-3 draft accepts ~1 token per verify")
     from specfsm_sglang import hooks
 
     hooks.ensure_tokenizer_side()
@@ -215,11 +224,10 @@ def test_accepting_draft_accepts(spec: Any, want: Any) -> None:
     assert min(lengths.values()) > 1.8
 
 
+@on(AGREE_CONFIGS)  # only the agreeing target has a computed reference
 def test_agree_reference_is_the_nospec_engine(spec: Any) -> None:
     """The agreeing target's known chain (AgreeReference) equals a real no-speculation engine's
     greedy output on it, batched, for prompts of several lengths."""
-    if not spec.agree:
-        pytest.skip("only the agreeing target has a computed reference")
     from specfsm_sglang.testbed.refserver import ReferenceServer
 
     prompts = [*E.default_prompts(6, length=5, seed=41), [7], list(range(3, 200))]
