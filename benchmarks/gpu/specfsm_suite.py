@@ -184,6 +184,8 @@ class Suite:
             shutil.rmtree(test_dir, ignore_errors=True)
             test_dir.mkdir()
             os.environ["SPECFSM_TEST_DIR"] = str(test_dir)
+            # the switching schedules use the test policies (every, random): opt in
+            os.environ["SPECFSM_TEST_POLICIES"] = "1"
         kwargs = self.engine_kwargs()
         self.say(f"starting engine: {kwargs}")
         t = time.time()
