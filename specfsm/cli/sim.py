@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_command(subparsers, "sim", "serving simulator: policies side by side", main)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> ArgParser:
     ap = ArgParser(prog="specfsm sim", description=__doc__)
     ap.add_argument("--fit-table", default=SHARED_REF, help="table the policies are tuned on")
     ap.add_argument(
@@ -74,17 +74,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out")
     ap.add_argument("--no-progress", action="store_true")
-    a = ap.parse_args(argv)
+    return ap
+
+
+#: The timelines worth a plot: the shipped specfsm and the two adaptive peers.
+TIMELINE_POLICIES = (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table")
+
+
+def _loads(a: argparse.Namespace) -> list[tuple[Load, int | None, int]]:
+    """(load, iterations or None for a timed trace, warm-up iterations) per requested load."""
+    pick = {"ramp": ["ramp"], "bursts": ["bursts"], "sine": ["sine"]}
+    trace_names = pick.get(a.trace, ["ramp", "bursts", "sine"] if a.trace == "all" else [])
+    if not (a.levels or a.poisson or trace_names):
+        raise UsageError("nothing to run: --levels is empty and no --poisson or --trace given")
+    loads: list[tuple[Load, int | None, int]] = []
+    loads += [(fixed_concurrency(c), a.iterations + a.warmup, a.warmup) for c in a.levels]
+    loads += [(poisson(r, a.duration), None, 0) for r in a.poisson]
+    tr = named_traces(a.duration)
+    loads += [(tr[k], None, 0) for k in trace_names]
+    return loads
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     require_extra("", "sim", "numpy", "matplotlib")
     fit = cost_model("--fit-table", a.fit_table, a.shape, a.ctx)
     score = cost_model(
         "--table" if a.table else "--fit-table", a.table or a.fit_table, a.shape, a.ctx
     )
     levels: list[int] = a.levels
-    pick = {"ramp": ["ramp"], "bursts": ["bursts"], "sine": ["sine"]}
-    trace_names = pick.get(a.trace, ["ramp", "bursts", "sine"] if a.trace == "all" else [])
-    if not (levels or a.poisson or trace_names):
-        raise UsageError("nothing to run: --levels is empty and no --poisson or --trace given")
+    loads = _loads(a)
     try:
         os.makedirs(a.out, exist_ok=True)
     except OSError as exc:
@@ -92,12 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     if (a.table or a.fit_table) == a.fit_table:
         print("warning: scored on the table the policies were fitted on", file=sys.stderr)
     names = a.policies or None
-    loads: list[tuple[Load, int | None, int]] = []
-    loads += [(fixed_concurrency(c), a.iterations + a.warmup, a.warmup) for c in levels]
-    loads += [(poisson(r, a.duration), None, 0) for r in a.poisson]
-    tr = named_traces(a.duration)
-    for k in trace_names:
-        loads.append((tr[k], None, 0))
     n_pol = len(lineup(fit, a.shape, a.alpha, names=names))
     prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
     all_rows: list[dict[str, object]] = []
@@ -119,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r.row())
             if iters is not None:
                 tput.setdefault(ctl.name, []).append(r.tok_s)
-            elif ctl.name in (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table"):
+            elif ctl.name in TIMELINE_POLICIES:
                 timelines.append(r)
             prog.tick(f"{load.name} {ctl.name}")
         print(
