@@ -323,6 +323,12 @@ def resolve(environ: Mapping[str, str] | None = None, prepare: bool = True) -> C
     return cfg
 
 
+def bundle_config(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The resolved configuration as a dict, for `specfsm bundle` (entry point group
+    ``specfsm.config``); ConfigError when it is refused."""
+    return resolve(environ, prepare=False).as_dict()
+
+
 def log_path(template: str, rank: int) -> str:
     """The log path of `rank` ("{rank}" replaced); ConfigError on any other braces."""
     try:

@@ -9,7 +9,6 @@ logs with the reader's problems, and the state diagram (Mermaid, from the table)
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
@@ -54,24 +53,36 @@ def device() -> str:
         return f"torch.cuda failed: {type(exc).__name__}: {exc}"
 
 
+#: Entry-point group of configuration resolvers: each entry point is a callable
+#: ``(environ: Mapping[str, str]) -> dict`` returning the resolved configuration (the SGLang
+#: plugin registers ``sglang``). specfsm never imports a resolver by name.
+CONFIG_ENTRY_POINT_GROUP = "specfsm.config"
+
+
 def resolved_config(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """{"env": the raw variables, "resolved": the adapter's resolution or None, "note": ...}."""
+    """{"env": the raw variables, "resolved": a resolver's resolution or None, "note": ...}."""
     env = os.environ if environ is None else environ
     raw = {k: env[k] for k in ENV_KEYS if env.get(k)}
     out: dict[str, Any] = {"env": raw, "resolved": None}
     if not raw:
         out["note"] = "no SPECFSM_* variable set: specfsm is off in SGLang"
         return out
+    eps = sorted(metadata.entry_points(group=CONFIG_ENTRY_POINT_GROUP), key=lambda e: e.name)
+    if not eps:
+        out["note"] = f"no configuration resolver installed ({CONFIG_ENTRY_POINT_GROUP}): raw only"
+        return out
+    ep = eps[0]
     try:
-        adapter_config: Any = importlib.import_module("specfsm_sglang.config")
-    except Exception as exc:
-        out["note"] = f"the SGLang adapter does not import here ({type(exc).__name__}): raw only"
+        resolve: Any = ep.load()
+    except Exception as exc:  # the resolver's package (e.g. the SGLang plugin) is broken here
+        out["note"] = (
+            f"the resolver {ep.value} does not import here ({type(exc).__name__}): raw only"
+        )
         return out
     try:
-        cfg = adapter_config.resolve(dict(env), prepare=False)
-        out["resolved"] = cfg.as_dict()
-        out["note"] = "resolved by specfsm_sglang.config.resolve"
-    except Exception as exc:
+        out["resolved"] = resolve(dict(env))
+        out["note"] = f"resolved by {ep.value}"
+    except Exception as exc:  # a refused configuration is what the bundle reports
         out["note"] = f"the configuration is refused: {exc}"
     return out
 

@@ -48,6 +48,19 @@ def test_arrows_point_one_way(part: str, forbidden: tuple[str, ...]) -> None:
     assert bad == []
 
 
+def test_no_hidden_arrow_to_the_adapter() -> None:
+    """No module name of the adapter appears as a string in specfsm/ (no importlib arrows)."""
+    bad = [
+        f"{path.relative_to(PKG.parent)}:{node.lineno}: {node.value!r}"
+        for path in _modules("")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith(("specfsm_sglang", "specfsm_testbed", "specfsm_cpu"))
+    ]
+    assert bad == []
+
+
 def test_core_imports_without_numpy() -> None:
     """fsm, policy, model, the registry and the CLI import with numpy and matplotlib blocked."""
     code = (
