@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from specfsm.fsm.decision import FixedPolicy, Policy
-from specfsm.fsm.table import Mode
+from specfsm.fsm.table import INITIAL_MODE, TARGET_MODES, Mode
 from specfsm.policy.plugins import check_policy, entry_point_exists, load_policy_factory
 from specfsm.policy.simple import ScriptedPolicy, ThresholdPolicy
 
@@ -94,6 +94,10 @@ def check_keys(key: str, value: Mapping[str, Any], known: tuple[str, ...]) -> No
         )
 
 
+#: The modes a schedule may name, as the config spells them ("SPECULATING", "PLAIN").
+_TARGETS: tuple[str, ...] = tuple(m.value for m in TARGET_MODES)
+
+
 def _schedule(key: str, value: object) -> list[tuple[int, Mode]]:
     if not isinstance(value, list):
         raise PolicySpecError(key, f"expected a list of [iteration, mode] pairs, got {value!r:.60}")
@@ -102,8 +106,8 @@ def _schedule(key: str, value: object) -> list[tuple[int, Mode]]:
         if not (isinstance(item, list) and len(item) == 2):
             raise PolicySpecError(f"{key}[{i}]", f"expected [iteration, mode], got {item!r}")
         it = check_int(f"{key}[{i}][0]", item[0], 0)
-        mode = check_choice(f"{key}[{i}][1]", item[1], ("SPECULATING", "PLAIN"))
-        out.append((it, Mode[mode]))
+        mode = check_choice(f"{key}[{i}][1]", item[1], _TARGETS)
+        out.append((it, Mode(mode)))
     return out
 
 
@@ -150,10 +154,10 @@ POLICIES: Mapping[str, PolicyKind] = {
         ("speculate",),
     ),
     "scripted": PolicyKind(
-        lambda a: ScriptedPolicy(a["schedule"], initial=Mode[a.get("initial", "SPECULATING")]),
+        lambda a: ScriptedPolicy(a["schedule"], initial=Mode(a.get("initial", INITIAL_MODE.value))),
         {
             "schedule": _schedule,
-            "initial": lambda k, v: check_choice(k, v, ("SPECULATING", "PLAIN")),
+            "initial": lambda k, v: check_choice(k, v, _TARGETS),
         },
         ("schedule",),
     ),

@@ -138,13 +138,13 @@ class ScriptedPolicy:
         want = self.target(obs.iteration)
         ev = TOWARD[(mode, Mode.SPECULATING if want else Mode.PLAIN)]
         if ev is not None:
-            target = "SPECULATING" if want else "PLAIN"
+            target = (Mode.SPECULATING if want else Mode.PLAIN).value
             self.last_reason = f"scripted: target {target} at iteration {obs.iteration}"
         return ev
 
     def describe(self) -> dict[str, object]:
         return {
             "policy": "scripted",
-            "initial": "SPECULATING" if self._initial else "PLAIN",
+            "initial": (Mode.SPECULATING if self._initial else Mode.PLAIN).value,
             "schedule": "callable" if self._fn is not None else len(self._steps),
         }

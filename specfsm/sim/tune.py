@@ -9,9 +9,8 @@ from typing import Any
 
 import attrs
 
-from specfsm.cli.args import (
-    UsageError,
-)
+from specfsm._extras import UsageError
+from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import (
     DraftShape,
 )
@@ -125,6 +124,9 @@ def sglang_equivalent(shape: DraftShape, high: int) -> dict[str, Any]:
     }
 
 
+_SPEC = Mode.SPECULATING.value
+
+
 def accept_from_log(path: str) -> float | None:
     vals: list[float] = []
     try:
@@ -141,7 +143,7 @@ def accept_from_log(path: str) -> float | None:
             if (
                 isinstance(lens, list)
                 and lens
-                and rec.get("mode", "SPECULATING") in ("SPECULATING", "Mode.SPECULATING")
+                and rec.get("mode", _SPEC) in (_SPEC, repr(Mode.SPECULATING))
             ):
                 vals.append(sum(lens) / len(lens))
     return sum(vals) / len(vals) if vals else None

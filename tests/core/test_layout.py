@@ -34,6 +34,7 @@ def _modules(sub: str) -> list[Path]:
         ("fsm", ("specfsm.policy", "specfsm.model", "specfsm.sim", "specfsm.cli")),
         ("model", ("specfsm.policy", "specfsm.sim", "specfsm.cli")),
         ("policy", ("specfsm.sim", "specfsm.cli")),
+        ("sim", ("specfsm.cli",)),
         ("", ("specfsm_sglang",)),
     ],
 )
