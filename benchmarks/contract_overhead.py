@@ -17,7 +17,7 @@ os.environ.setdefault("SPECFSM_SGLANG_CPU", "1")  # import sglang on a CPU-only 
 
 
 def main() -> int:
-    from specfsm_sglang import cpu_boot
+    from specfsm_cpu import boot as cpu_boot
 
     cpu_boot.boot()
     import torch

@@ -11,7 +11,7 @@ exit, ``KeyError: '/mp-...'`` tracebacks from ``resource_tracker.main`` after py
 
 `spare_tracker` wraps the engine module's ``kill_process_tree`` so that, when it kills this
 process's own tree and names no other pid to skip, it skips the tracker. Engines in the test
-process come from ``specfsm_sglang.testbed.engine.make_engine``; `install` wraps that factory to
+process come from ``specfsm_testbed.engine.make_engine``; `install` wraps that factory to
 apply the patch once SGLang is imported (importing it earlier would precede the test bed's
 ``cpu.enable()``).
 """
@@ -59,7 +59,7 @@ def patch_loaded_engine() -> None:
 
 def install() -> None:
     """Wrap the test bed's make_engine so that every engine it starts spares the tracker."""
-    from specfsm_sglang.testbed import engine
+    from specfsm_testbed import engine
 
     make = engine.make_engine
     if getattr(make, "__spares_tracker__", False):

@@ -17,7 +17,7 @@ os.environ.setdefault("SPECFSM_TEST_POLICIES", "1")
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Once tests/cpu or tests/engine booted the CPU test bed (their conftests do, at collection),
     make the engines they start spare the resource tracker. Core-only runs import nothing."""
-    if "specfsm_sglang.cpu_boot" in sys.modules and importlib.util.find_spec("sglang"):
+    if "specfsm_cpu.boot" in sys.modules and importlib.util.find_spec("sglang"):
         import _resource_tracker
 
         _resource_tracker.install()

@@ -1,24 +1,12 @@
 """The specfsm SGLang plugin (entry point ``sglang.srt.plugins: specfsm``).
 
 SGLang's ``load_plugins()`` calls :func:`load` once per process (engine, scheduler ranks,
-detokenizer) before its ``HookRegistry.apply_hooks()``. Each concern registers its part in
-its own function below.
+detokenizer) before its ``HookRegistry.apply_hooks()``. The CPU test bed and the test
+channel are separate plugins of the ``specfsm-testbed`` distribution (``specfsm_cpu``,
+``specfsm_test``), never installed with specfsm.
 """
 
 from __future__ import annotations
-
-import os
-
-
-def _enable_cpu_if_requested() -> None:
-    """The CPU test bed (``SPECFSM_SGLANG_CPU=1``): torch_native EAGLE draft/verify, overlap on
-    CPU. A no-op otherwise, so a GPU server never gets it. Failures end the process loudly
-    (SGLang's plugin loader would only log an exception)."""
-    if os.environ.get("SPECFSM_SGLANG_CPU") != "1":
-        return
-    from specfsm_sglang import cpu
-
-    cpu.enable()
 
 
 def _enable_specfsm_if_requested() -> None:
@@ -46,5 +34,4 @@ def _enable_specfsm_if_requested() -> None:
 
 def load() -> None:
     """Plugin entry point."""
-    _enable_cpu_if_requested()
     _enable_specfsm_if_requested()

@@ -131,7 +131,7 @@ class Suite:
         a = self.args
         shape = SHAPES[a.spec]
         if a.cpu:
-            from specfsm_sglang.testbed import engine as tb
+            from specfsm_testbed import engine as tb
 
             kw = tb.engine_args(
                 "bigram" if a.bigram else "llama",
@@ -179,7 +179,8 @@ class Suite:
             cfg_path = self.out / f"specfsm_{self.tag}.json"
             cfg_path.write_text(json.dumps(cfg))
             os.environ["SPECFSM_CONFIG"] = str(cfg_path)
-            os.environ["SGLANG_PLUGINS"] = "specfsm"
+            # specfsm, its test channel (counters) and, on CPU, the CPU test bed
+            os.environ["SGLANG_PLUGINS"] = "specfsm,specfsm_test,specfsm_cpu"
             test_dir = self.out / f"testdir_{self.tag}"
             shutil.rmtree(test_dir, ignore_errors=True)
             test_dir.mkdir()
@@ -191,7 +192,7 @@ class Suite:
         t = time.time()
         try:
             if a.cpu:
-                from specfsm_sglang.testbed import engine as tb
+                from specfsm_testbed import engine as tb
 
                 tb.enable_cpu_testbed()
             import sglang

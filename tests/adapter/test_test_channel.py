@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("specfsm_sglang")
 from specfsm_sglang import hooks
 from specfsm_sglang.controller import Controller
-from specfsm_sglang.testbed import channel
+from specfsm_testbed import channel
 
 from specfsm import Contracts, Event, FixedPolicy, Mode, ModeActionError, Observation, SpecFSM
 from specfsm.fsm.testing import RecordingActions, capturing_log

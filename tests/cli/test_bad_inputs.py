@@ -82,13 +82,13 @@ CASES: list[tuple[list[str], list[str]]] = [
 def _no_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """`specfsm demo` must refuse its input before the engine could start: a stub engine
     module whose make_engine fails the test if it is ever reached."""
-    stub = types.ModuleType("specfsm_sglang.testbed.engine")
+    stub = types.ModuleType("specfsm_testbed.engine")
 
     def make_engine(**_: object) -> None:
         raise AssertionError("the engine started before the input was validated")
 
     stub.make_engine = make_engine  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "specfsm_sglang.testbed.engine", stub)
+    monkeypatch.setitem(sys.modules, "specfsm_testbed.engine", stub)
 
 
 def _resolve(argv: list[str], expect: list[str], tmp_path: Path) -> tuple[list[str], list[str]]:

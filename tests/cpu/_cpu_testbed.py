@@ -18,7 +18,7 @@ MAX_NEW_TOKENS = 25
 
 
 def prompts() -> list[list[int]]:
-    from specfsm_sglang.testbed.engine import default_prompts
+    from specfsm_testbed.engine import default_prompts
 
     return default_prompts(n=4, length=12, seed=0)
 
@@ -26,7 +26,7 @@ def prompts() -> list[list[int]]:
 def hf_greedy(target: str, prompt_ids: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     """Independent reference: transformers' LlamaForCausalLM, full-recompute argmax loop."""
     import torch
-    from specfsm_sglang.testbed import models
+    from specfsm_testbed import models
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(str(models.target_path(target)), dtype=torch.float32)
@@ -48,7 +48,7 @@ def hf_reference() -> dict[str, list[list[int]]]:
 
 
 def start_engine(**kwargs: Any) -> Any:
-    from specfsm_sglang.testbed.engine import make_engine
+    from specfsm_testbed.engine import make_engine
 
     t0 = time.perf_counter()
     engine = make_engine(**kwargs)
@@ -59,7 +59,7 @@ def start_engine(**kwargs: Any) -> Any:
 @pytest.fixture(scope="session")
 def nospec_outputs() -> list[dict[str, Any]]:
     """The no-spec engine's greedy outputs on :func:`prompts` (engine shut down afterwards)."""
-    from specfsm_sglang.testbed.engine import generate
+    from specfsm_testbed.engine import generate
 
     engine = start_engine(target="llama")
     try:

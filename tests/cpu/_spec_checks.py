@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from _cpu_testbed import MAX_NEW_TOKENS, prompts
-from specfsm_sglang.testbed.engine import generate
+from specfsm_testbed.engine import generate
 
 
 def check_equals_nospec(engine: Any, nospec_outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -74,7 +74,7 @@ def test_fast_agreement_equals_literal_draft_computation() -> None:
 
 def test_mid_rate_of_the_tiny_models_is_about_two_thirds() -> None:
     """``mid`` at the test bed's sizes (vocab 1024, hidden 128) agrees on 0.55..0.75 of tokens."""
-    from specfsm_sglang.testbed import models
+    from specfsm_testbed import models
 
     rate = aw.parse_rate("mid", models.VOCAB, models.HIDDEN)
     emb = aw.embeddings(0, models.VOCAB, models.HIDDEN)
@@ -177,7 +177,7 @@ def _agree_env(site: Path, rate: str) -> Iterator[None]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
     """Greedy outputs of the no-spec, ``full`` and ``mid`` engines (one at a time, dummy load
     rewritten by the hook)."""
-    from specfsm_sglang.testbed.engine import default_prompts, generate, make_engine
+    from specfsm_testbed.engine import default_prompts, generate, make_engine
 
     site = tmp_path_factory.mktemp("agree_site")
     (site / "sitecustomize.py").write_text(SITE_LINES)
@@ -196,7 +196,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
 
 def _agree_mask(rate: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(sigma, per-token draft agreement) of the tiny models' construction, seed 0."""
-    from specfsm_sglang.testbed import models
+    from specfsm_testbed import models
 
     vocab, hidden = models.VOCAB, models.HIDDEN
     emb = aw.embeddings(0, vocab, hidden)
@@ -234,7 +234,7 @@ def test_greedy_outputs_are_the_bigram_chain_and_equal_nospec(
     runs: dict[str, list[dict[str, Any]]],
 ) -> None:
     """No-spec, full and mid engines all output sigma(x), sigma^2(x), ... after the prompt."""
-    from specfsm_sglang.testbed.engine import default_prompts
+    from specfsm_testbed.engine import default_prompts
 
     sigma, _ = _agree_mask("full")
     for prompt, *outs in zip(default_prompts(n=4, length=12, seed=0), *runs.values(), strict=True):

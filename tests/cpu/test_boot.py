@@ -78,7 +78,7 @@ def test_pth_is_a_no_op_without_the_flag() -> None:
 def test_wrong_sglang_version_fails_loudly() -> None:
     proc = _run(
         textwrap.dedent("""
-        import specfsm_sglang.cpu_boot as b
+        import specfsm_cpu.boot as b
         b.SUPPORTED_SGLANG_VERSION = "0.0.1"
         b.check_sglang_version()
         print("still running")
@@ -91,16 +91,25 @@ def test_wrong_sglang_version_fails_loudly() -> None:
     assert "found sglang==0.5.23" in proc.stderr
 
 
-def test_plugin_entry_point_is_registered() -> None:
-    eps = [ep for ep in metadata.entry_points(group="sglang.srt.plugins") if ep.name == "specfsm"]
-    assert [ep.value for ep in eps] == ["specfsm_sglang.plugin:load"]
+def test_plugin_entry_points_are_registered() -> None:
+    """specfsm's plugin (the specfsm wheel) and the test bed's two (specfsm-testbed)."""
+    eps = {ep.name: ep for ep in metadata.entry_points(group="sglang.srt.plugins")}
+    assert eps["specfsm"].value == "specfsm_sglang.plugin:load"
+    assert eps["specfsm"].dist is not None and eps["specfsm"].dist.name == "specfsm"
+    for name, value in (
+        ("specfsm_cpu", "specfsm_cpu.plugin:load"),
+        ("specfsm_test", "specfsm_testbed.channel:load"),
+    ):
+        dist = eps[name].dist
+        assert eps[name].value == value and dist is not None
+        assert dist.name == "specfsm-testbed"
 
 
 def test_stub_placeholders_raise_when_called() -> None:
     import sgl_kernel  # the stub (conftest booted this process)
     import torchvision.transforms
-    from specfsm_sglang.cpu import ops
-    from specfsm_sglang.cpu.stubs import StubCalledError
+    from specfsm_cpu import ops
+    from specfsm_cpu.stubs import StubCalledError
 
     assert sgl_kernel.verify_tree_greedy_cpu is ops.verify_tree_greedy_cpu
     with pytest.raises(StubCalledError, match="import-only stub"):
@@ -123,7 +132,7 @@ def test_plugin_enables_the_hooks_in_a_booted_process() -> None:
         textwrap.dedent("""
         from sglang.srt.plugins import load_plugins
         load_plugins()
-        from specfsm_sglang import cpu
+        import specfsm_cpu as cpu
         print(len(cpu.enabled_targets()))
         """),
         cpu=True,

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("sglang")
 
 from _cpu_testbed import MAX_NEW_TOKENS, engine_per_param, prompts
-from specfsm_sglang.testbed.engine import CHAIN, TREE, generate
+from specfsm_testbed.engine import CHAIN, TREE, generate
 
 pytestmark = pytest.mark.engine
 

@@ -1,6 +1,6 @@
 """The CPU op ports are as strict as the GPU kernels they stand for, and the 1-wide verify fix.
 
-Every host-side check a port mirrors (``specfsm_sglang.cpu.ops``, module docstring) is made to
+Every host-side check a port mirrors (``specfsm_cpu.ops``, module docstring) is made to
 fire here on one wrong input, with the kernel's message, before the port writes anything. Then
 the H200 bug (SGLang 0.5.17 + sgl_kernel 0.4.5: "Expected 'candidates' to be of type long
 (torch.int64)." on the first 1-wide forward) is reproduced on SGLang's own code path without an
@@ -19,8 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang")
 
+from specfsm_cpu import ops  # noqa: E402
 from specfsm_sglang import compat, hooks  # noqa: E402
-from specfsm_sglang.cpu import ops  # noqa: E402
 
 Args = dict[str, Any]
 
@@ -436,7 +436,7 @@ def test_hook_target_exists_with_the_expected_signature() -> None:
 def test_keep_int32_switch_undoes_the_fix_on_the_worker() -> None:
     """The test channel's switch (tests only) wraps the worker's already-hooked builder so
     that its candidates are int32 again, as SGLang builds them without the fix."""
-    from specfsm_sglang.testbed import channel
+    from specfsm_testbed import channel
 
     def build(batch: object) -> SimpleNamespace:
         result = SimpleNamespace(draft_token=torch.tensor([3, 11, 5], dtype=torch.int32))

@@ -1,4 +1,4 @@
-"""Unit tests of the pure-torch ``sgl_kernel`` CPU op ports (specfsm_sglang.cpu.ops).
+"""Unit tests of the pure-torch ``sgl_kernel`` CPU op ports (specfsm_cpu.ops).
 
 Independent reference: SGLang 0.5.23's own Triton kernel of the same name, run in Triton's CPU
 interpreter (``TRITON_INTERPRET=1``) in one subprocess per test module (the interpreter must be
@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang")
 
-from specfsm_sglang.cpu import ops  # noqa: E402
+from specfsm_cpu import ops  # noqa: E402
 
 EAGLE = "sglang.kernels.ops.speculative.eagle"
 CACHE_LOCS = "sglang.kernels.ops.speculative.cache_locs"
@@ -391,7 +391,7 @@ def test_gather_spec_extras_torch_gather(with_hidden: bool) -> None:
     """The overlap-mode row gather against a naive per-row loop (the Triton
     ``_gather_rows_kernel`` takes its row widths as runtime ints the interpreter mishandles
     for 1-D buffers, so it is not the reference here)."""
-    from specfsm_sglang.cpu.hooks import gather_rows
+    from specfsm_cpu.hooks import gather_rows
 
     idx, *bufs = gather_inputs(with_hidden)
     got = gather_rows(idx, *bufs)

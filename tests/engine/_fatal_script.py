@@ -11,14 +11,14 @@ import sys
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
     os.environ.update(spec.get("env", {}))
-    from specfsm_sglang.testbed import engine as E
+    from specfsm_testbed import engine as E
 
     eng = E.make_engine(**spec.get("engine", {}))
     print("ENGINE-STARTED", flush=True)
     if spec.get("generate"):
         test_dir = spec["env"].get("SPECFSM_TEST_DIR")
         if test_dir and spec.get("inject"):
-            from specfsm_sglang.testbed import fsm as F
+            from specfsm_testbed import fsm as F
 
             F.inject(test_dir, **spec["inject"])
         out = E.generate_greedy(eng, E.default_prompts(4), 16)

@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 if __name__ == "__main__":
-    from specfsm_sglang.testbed import engine as E
+    from specfsm_testbed import engine as E
 
     prompts = E.default_prompts(6, seed=21)
     with E.engine_session(spec="EAGLE3") as first:  # no SPECFSM_* variable: plain SGLang

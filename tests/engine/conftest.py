@@ -19,7 +19,7 @@ if not (importlib.util.find_spec("torch") and importlib.util.find_spec("sglang")
     pytest.skip("needs the project environment (torch + sglang)", allow_module_level=True)
 
 os.environ["SPECFSM_SGLANG_CPU"] = "1"
-from specfsm_sglang import cpu_boot
+from specfsm_cpu import boot as cpu_boot
 
 cpu_boot.boot()
 
@@ -28,7 +28,7 @@ cpu_boot.boot()
 def reference() -> Iterator[Any]:
     """Greedy no-speculation outputs from the session's reference engine (a child process:
     SGLang's config is process-global, so it cannot live beside a speculative engine)."""
-    from specfsm_sglang.testbed.refserver import ReferenceServer
+    from specfsm_testbed.refserver import ReferenceServer
 
     ref = ReferenceServer()
     try:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from specfsm_sglang import demo_h200
+from specfsm_testbed import demo_h200
 
 
 @pytest.mark.engine

@@ -29,7 +29,7 @@ KERNEL_MESSAGE = "Expected 'candidates' to be of type long (torch.int64)."
 def run_switch_to_plain(tmp_path: Path, keep_int32: bool) -> subprocess.CompletedProcess[str]:
     """An EAGLE3 chain engine that speculates for two decode iterations, then goes PLAIN, and
     generates 16 tokens for 4 prompts."""
-    from specfsm_sglang.testbed import channel
+    from specfsm_testbed import channel
 
     cfg = {
         "policy": {"name": "scripted", "schedule": [[2, "PLAIN"]]},

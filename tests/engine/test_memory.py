@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from specfsm_sglang.testbed import engine as E
-from specfsm_sglang.testbed import fsm as F
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
 
 pytestmark = pytest.mark.engine
 

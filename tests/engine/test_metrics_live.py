@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from specfsm_sglang.testbed import engine as E
-from specfsm_sglang.testbed import fsm as F
-from specfsm_sglang.testbed.server import HttpServer
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
+from specfsm_testbed.server import HttpServer
 
 pytestmark = pytest.mark.engine
 PROMPTS = E.default_prompts(3, length=10, seed=41)

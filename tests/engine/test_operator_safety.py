@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from specfsm_sglang.testbed import engine as E
-from specfsm_sglang.testbed import fsm as F
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
 
 pytestmark = pytest.mark.engine
 PROMPTS = E.default_prompts(3, seed=14)

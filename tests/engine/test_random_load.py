@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from specfsm_sglang.testbed import engine as E
-from specfsm_sglang.testbed import fsm as F
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
 
 pytestmark = pytest.mark.engine
 #: name -> (make_fsm_engine arguments, decode forwards to top up to)

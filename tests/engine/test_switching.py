@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from specfsm_sglang.testbed import engine as E
-from specfsm_sglang.testbed import fsm as F
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
 
 pytestmark = pytest.mark.engine
 
@@ -228,7 +228,7 @@ def test_accepting_draft_accepts(spec: Any, want: Any) -> None:
 def test_agree_reference_is_the_nospec_engine(spec: Any) -> None:
     """The agreeing target's known chain (AgreeReference) equals a real no-speculation engine's
     greedy output on it, batched, for prompts of several lengths."""
-    from specfsm_sglang.testbed.refserver import ReferenceServer
+    from specfsm_testbed.refserver import ReferenceServer
 
     prompts = [*E.default_prompts(6, length=5, seed=41), [7], list(range(3, 200))]
     lens = [1, 7, 16, 33, 64, 9, 12, 40]

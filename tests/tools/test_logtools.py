@@ -32,10 +32,10 @@ ENGINE_SCRIPT = textwrap.dedent(
     """
     import json, os, sys
     os.environ["SPECFSM_SGLANG_CPU"] = "1"
-    from specfsm_sglang import cpu_boot
+    from specfsm_cpu import boot as cpu_boot
     cpu_boot.boot()
-    from specfsm_sglang.testbed import engine as E
-    from specfsm_sglang.testbed import fsm as F
+    from specfsm_testbed import engine as E
+    from specfsm_testbed import fsm as F
     d = sys.argv[1]
     eng = F.make_fsm_engine(d, policy=json.loads(sys.argv[2]), config={"observe_every": 1},
                             spec="EAGLE", agree="mid")

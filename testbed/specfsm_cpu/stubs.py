@@ -1,6 +1,6 @@
 """Import-only stand-ins for two GPU-only modules SGLang 0.5.23 imports on CPU.
 
-Installed into ``sys.modules`` by :func:`specfsm_sglang.cpu_boot.boot` at interpreter start,
+Installed into ``sys.modules`` by :func:`specfsm_cpu.boot.boot` at interpreter start,
 before any ``sglang.srt`` import. Neither stub is a mock of behaviour under test:
 
 * ``torchvision``: SGLang imports it unconditionally (first at
@@ -12,7 +12,7 @@ before any ``sglang.srt`` import. Neither stub is a mock of behaviour under test
   imported at module level (e.g. ``kernels/ops/kvcache/cache_move.py:10``,
   ``kernels/ops/speculative/eagle.py:10``, ``cache_locs.py:28``, ``spec_tree.py:43``,
   ``mem_cache/allocation.py:46``). The ops the EAGLE path really calls on CPU are provided by
-  pure-torch ports in :mod:`specfsm_sglang.cpu.ops` (each unit-tested). Every other name resolves
+  pure-torch ports in :mod:`specfsm_cpu.ops` (each unit-tested). Every other name resolves
   to a placeholder that raises when CALLED: nothing under test calls one (a call means a path the
   test bed does not support, and it fails loudly). ``torch.ops.sgl_kernel`` stays empty, so
   ``cpu_has_amx_support()`` is False and layers use their native torch code
@@ -37,7 +37,7 @@ def _placeholder(module: str, name: str) -> Any:
     def _unsupported(*args: Any, **kwargs: Any) -> NoReturn:
         raise StubCalledError(
             f"{module}.{name} is an import-only stub of the specfsm SGLang CPU test bed "
-            "(specfsm_sglang.cpu.stubs); this code path is not supported on CPU"
+            "(specfsm_cpu.stubs); this code path is not supported on CPU"
         )
 
     _unsupported.__name__ = name
@@ -56,11 +56,11 @@ def _new_module(name: str, doc: str) -> types.ModuleType:
 
 def make_sgl_kernel() -> types.ModuleType:
     """The ``sgl_kernel`` stand-in: real CPU-op ports plus raising placeholders."""
-    from specfsm_sglang.cpu import ops
+    from specfsm_cpu import ops
 
     mod = _new_module(
         "sgl_kernel",
-        "specfsm CPU test bed stand-in for sgl_kernel (see specfsm_sglang.cpu.stubs).",
+        "specfsm CPU test bed stand-in for sgl_kernel (see specfsm_cpu.stubs).",
     )
     for name in ops.__all__:
         setattr(mod, name, getattr(ops, name))

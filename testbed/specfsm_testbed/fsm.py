@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from specfsm_sglang.testbed import engine as E
+from specfsm_testbed import engine as E
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Interpreter-start boot of the SGLang CPU test bed.
 
-``specfsm_sglang_boot.pth`` (installed into site-packages) calls :func:`boot` in EVERY Python
+``specfsm_cpu_boot.pth`` (installed into site-packages) calls :func:`boot` in EVERY Python
 process when ``SPECFSM_SGLANG_CPU=1``, including SGLang's spawned scheduler and detokenizer
 processes. That is the only hook early enough: SGLang imports ``sgl_kernel`` / ``torchvision``
 users before its plugin loader runs (the engine imports the scheduler module first, and the
@@ -9,7 +9,7 @@ spawned scheduler imports them before ``load_plugins()``).
 Only what must precede any ``sglang.srt`` import lives here: the version pin, the environment
 (``SGLANG_USE_CPU_ENGINE``, ``TORCHDYNAMO_DISABLE``) and the import-only stubs. Behaviour
 patches that are used after start-up go through SGLang's ``HookRegistry`` from the plugin
-(:func:`specfsm_sglang.cpu.enable`).
+(:func:`specfsm_cpu.enable`).
 
 This module imports no torch / sglang at import time so that the boot stays cheap in processes
 that never touch SGLang.
@@ -21,7 +21,7 @@ import os
 import sys
 
 #: The only SGLang release the CPU enablement was written against (file:line references in
-#: ``specfsm_sglang.cpu`` point into this release).
+#: ``specfsm_cpu`` point into this release).
 SUPPORTED_SGLANG_VERSION = "0.5.23"
 
 ENV_FLAG = "SPECFSM_SGLANG_CPU"
@@ -81,7 +81,7 @@ def boot() -> None:
     # Without it inductor compiles C++ for SGLang's @torch.compile(dynamic=True) helpers
     # (e.g. speculative/spec_utils.py) for each new batch size: warm-up 37.5 s instead of ~1 s.
     os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-    from specfsm_sglang.cpu import stubs
+    from specfsm_cpu import stubs
 
     stubs.install()
     _booted = True

@@ -16,7 +16,7 @@ adds an observer that
 ``SPECFSM_TEST_KEEP_INT32_CANDIDATES=1`` (with the channel on) undoes specfsm's int64 fix of
 the 1-wide verify's candidates, to reproduce the H200 crash it fixes
 (tests/engine/test_int64_candidates.py). The helpers that write and read these files are in
-:mod:`specfsm_sglang.testbed.fsm`.
+:mod:`specfsm_testbed.fsm`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specfsm import Mode, ModeActions, SpecFSMError, TransitionInfo, TransitionRecord
 from specfsm_sglang.controller import Controller, ControllerObserver
+
+from specfsm import Mode, ModeActions, SpecFSMError, TransitionInfo, TransitionRecord
 
 TEST_DIR_ENV = "SPECFSM_TEST_DIR"
 #: "1": the 1-wide verify input keeps SGLang's int32 candidates (undoes specfsm's int64 fix)
@@ -233,7 +234,6 @@ def load() -> None:
     if not test_dir:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     from specfsm_sglang import compat, hooks
 
     ext = TestChannelExtension(test_dir, os.environ.get(KEEP_INT32_CANDIDATES_ENV) == "1")

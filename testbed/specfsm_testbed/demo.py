@@ -1,7 +1,7 @@
 """``specfsm demo``, engine part: the real SGLang 0.5.23 engine on CPU under a load ramp.
 
 Starts the embedded default (tiny Llama target + EAGLE-3 draft, see
-:mod:`specfsm_sglang.testbed`) with the CPU test bed switched on for itself, drives a load
+:mod:`specfsm_testbed`) with the CPU test bed switched on for itself, drives a load
 ramp (few concurrent requests -> many -> few) with a progress bar, and prints per-phase
 throughput and acceptance. Ctrl-C shuts the engine down cleanly. About a minute on 2 cores.
 
@@ -76,13 +76,13 @@ class ProgressBar:
 
 
 def _prompts(n: int, seed: int) -> list[list[int]]:
-    from specfsm_sglang.testbed.engine import default_prompts
+    from specfsm_testbed.engine import default_prompts
 
     return default_prompts(n=n, length=16, seed=seed)
 
 
 async def _run_phase(engine: Any, result: PhaseResult, max_new_tokens: int, seed: int) -> None:
-    from specfsm_sglang.testbed.engine import sampling_params
+    from specfsm_testbed.engine import sampling_params
 
     prompts = _prompts(result.requests, seed)
     done = [0] * len(prompts)
@@ -179,8 +179,9 @@ def timeline(log_path: str, out: TextIO = sys.stdout, width: int = 100) -> None:
 def check_policy(text: str) -> None:
     """Refuse a bad ``--policy`` shorthand before the engine starts (UsageError, one line),
     with the adapter's own parser and validator: exactly what the engine would refuse."""
-    from specfsm.cli import UsageError
     from specfsm_sglang.config import make_policy, parse_shorthand
+
+    from specfsm.cli import UsageError
 
     try:
         make_policy(parse_shorthand(text))
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: list[int] = args.ramp
     names = ["few" if n <= min(counts) else "many" for n in counts]
     try:
-        from specfsm_sglang.testbed.engine import make_engine
+        from specfsm_testbed.engine import make_engine
     except ImportError as exc:
         from specfsm.cli import UsageError
 
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         if reference:
             compare(reference, results, log_path)
         if not args.no_h200:
-            from specfsm_sglang import demo_h200
+            from specfsm_testbed import demo_h200
 
             print("\n[3/3] what this buys on a GPU (measured on an H200, not here)")
             levels = demo_h200.load_levels()

@@ -2,7 +2,7 @@
 
 :class:`HttpServer` starts the server with the test bed's tiny models (the same settings as
 :func:`.engine.engine_args`, turned into command-line flags) on a free loopback port, with
-``SPECFSM_SGLANG_CPU=1`` in its environment: ``specfsm_sglang_boot.pth`` boots the CPU test bed
+``SPECFSM_SGLANG_CPU=1`` in its environment: ``specfsm_cpu_boot.pth`` boots the CPU test bed
 at interpreter start in the server and in the scheduler / detokenizer processes it spawns, and
 the specfsm plugin (entry point) enables the CPU hooks and, when a specfsm configuration is in
 the environment (:func:`.fsm.fsm_env`), specfsm itself. It waits for ``/health``, talks JSON
@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from specfsm_sglang.testbed import engine as E
+from specfsm_testbed import engine as E
 
 
 def free_port(host: str = "127.0.0.1") -> int:

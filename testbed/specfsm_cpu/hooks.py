@@ -1,7 +1,7 @@
 """The SGLang behaviour patches of the CPU test bed, as HookRegistry hooks.
 
 Each entry of :data:`HOOKS` is (target, hook type, hook). They are registered and applied by
-:func:`specfsm_sglang.cpu.enable` (from the plugin, in every SGLang process). No SGLang file is
+:func:`specfsm_cpu.enable` (from the plugin, in every SGLang process). No SGLang file is
 copied or edited.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from sglang.srt.plugins.hook_registry import HookType
 
-from specfsm_sglang.cpu import attention
+from specfsm_cpu import attention
 
 # --- 1. draft backends: SGLang refuses torch_native for EAGLE drafts -----------------------
 

@@ -25,7 +25,7 @@ class ReferenceServer:
         server = [
             sys.executable,
             "-m",
-            "specfsm_sglang.testbed.refserver",
+            "specfsm_testbed.refserver",
             json.dumps(engine_kwargs),
         ]
         launcher = "import subprocess, sys; subprocess.Popen(sys.argv[1:], start_new_session=True)"
@@ -75,7 +75,7 @@ class ReferenceServer:
 
 
 def _serve() -> None:
-    from specfsm_sglang.testbed import engine as E
+    from specfsm_testbed import engine as E
 
     kwargs = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     eng = E.make_engine(spec=None, **kwargs)

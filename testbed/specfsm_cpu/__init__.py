@@ -2,8 +2,8 @@
 
 Two halves:
 
-* before any ``sglang.srt`` import, at interpreter start (``specfsm_sglang_boot.pth`` ->
-  :func:`specfsm_sglang.cpu_boot.boot`): version pin, ``SGLANG_USE_CPU_ENGINE=1``,
+* before any ``sglang.srt`` import, at interpreter start (``specfsm_cpu_boot.pth`` ->
+  :func:`specfsm_cpu.boot.boot`): version pin, ``SGLANG_USE_CPU_ENGINE=1``,
   ``TORCHDYNAMO_DISABLE=1``, import-only stubs (:mod:`.stubs`) whose ``sgl_kernel`` carries the
   pure-torch op ports (:mod:`.ops`);
 * after start-up, from the SGLang plugin (:func:`enable`, called by
@@ -16,7 +16,7 @@ See docs/sglang-cpu.md.
 
 from __future__ import annotations
 
-from specfsm_sglang.cpu_boot import SUPPORTED_SGLANG_VERSION, fail_loudly
+from specfsm_cpu.boot import SUPPORTED_SGLANG_VERSION, fail_loudly
 
 __all__ = ["SUPPORTED_SGLANG_VERSION", "enable", "enabled_targets"]
 
@@ -37,23 +37,23 @@ def enable() -> None:
     hook on one of :data:`hooks.HOOKS`' targets registered after this call is skipped by
     ``apply_hooks`` (the target is already marked patched).
 
-    Requires :func:`specfsm_sglang.cpu_boot.boot` to have run (it does at interpreter start
+    Requires :func:`specfsm_cpu.boot.boot` to have run (it does at interpreter start
     when ``SPECFSM_SGLANG_CPU=1``); call it first when enabling by hand.
     """
     if _enabled:
         return
-    from specfsm_sglang import cpu_boot
+    from specfsm_cpu import boot as cpu_boot
 
     cpu_boot.check_sglang_version()
     if not cpu_boot._booted:
         fail_loudly(
-            "specfsm_sglang.cpu.enable() ran before specfsm_sglang.cpu_boot.boot(): the "
+            "specfsm_cpu.enable() ran before specfsm_cpu.boot.boot(): the "
             "interpreter-start hook did not run (is SPECFSM_SGLANG_CPU=1 set in this process, "
-            "and is specfsm_sglang_boot.pth installed in site-packages?)"
+            "and is specfsm_cpu_boot.pth installed in site-packages?)"
         )
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from specfsm_sglang.cpu import hooks
+    from specfsm_cpu import hooks
 
     for target, hook_type, hook in hooks.HOOKS:
         HookRegistry.register(target, hook, hook_type)

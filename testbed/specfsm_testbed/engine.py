@@ -2,7 +2,7 @@
 
 ``make_engine`` switches the CPU test bed on for this process and the engine's spawned
 processes (``SPECFSM_SGLANG_CPU=1`` in ``os.environ`` before the spawn, so the
-``specfsm_sglang_boot.pth`` hook boots each child), applies the hooks in this process too
+``specfsm_cpu_boot.pth`` hook boots each child), applies the hooks in this process too
 (``ServerArgs`` is resolved here: the overlap switch), and returns a started ``sglang.Engine``.
 
 The calling script needs an ``if __name__ == "__main__":`` guard (SGLang spawns).
@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from specfsm_sglang.testbed import models
+from specfsm_testbed import models
 
 #: Chain drafting: 3 steps, topk 1, 4 verify tokens (bonus + 3 drafts).
 CHAIN: dict[str, int] = {
@@ -57,7 +57,8 @@ def enable_cpu_testbed() -> None:
     os.environ["SPECFSM_SGLANG_CPU"] = "1"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local paths only: never the hub
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from specfsm_sglang import cpu, cpu_boot
+    import specfsm_cpu as cpu
+    from specfsm_cpu import boot as cpu_boot
 
     cpu_boot.boot()
     cpu.enable()
