@@ -65,8 +65,7 @@ def test_exact_rows(model: CostModel) -> None:
 
 
 def test_interpolation_over_bs_and_q(model: CostModel) -> None:
-    """Between two measured batch sizes (and two q) the cost is linear: a midpoint is the mean
-    of its neighbours, and the midpoint in both is the mean of the four corners."""
+    """Between measured bs (and q) the cost is linear: a midpoint is its neighbours' mean."""
     bss, qs = _grid(T)
     b0, b1 = next(
         (x, y) for x, y in itertools.pairwise(bss) if (y - x) % 2 == 0 and y - x > 1
@@ -91,8 +90,7 @@ def test_extrapolation_and_zero(model: CostModel) -> None:
 
 
 def test_spec_iteration_cost(model: CostModel) -> None:
-    """A speculative iteration = verify(q=draft tokens) + (steps-1) draft steps(q=topk) +
-    draft-extend(q=draft tokens), each a measured row for chain3 at bs 1 and the tree at 64."""
+    """Spec iteration = verify(q=K) + (steps-1) draft steps(q=topk) + draft-extend(q=K)."""
     assert model.spec_ms(1) == pytest.approx(raw(T, 1, 4) + 2 * raw(D, 1, 1) + raw(D, 1, 4))
     tree = DraftShape(4, 2, 16)
     assert model.spec_ms(64, tree) == pytest.approx(
@@ -122,8 +120,7 @@ def test_drain_resync_steps0_costs(model: CostModel) -> None:
 
 
 def test_prefill_per_token(model: CostModel) -> None:
-    """Prefill is priced per token at the largest measured forward (bs x q) of the target (and
-    of the draft)."""
+    """Prefill is priced per token at the largest measured forward (bs x q), target + draft."""
     tb, tq = max(_grid(T)[0]), max(_grid(T)[1])
     db, dq = max(_grid(D)[0]), max(_grid(D)[1])
     target = raw(T, tb, tq) / (tb * tq)

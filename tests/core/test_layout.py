@@ -76,8 +76,7 @@ def test_core_imports_without_numpy() -> None:
 
 
 def test_no_transitions_logger_level_at_import() -> None:
-    """Importing specfsm leaves the `transitions` logger alone; building a SpecFSM quiets it
-    only when nobody set its level."""
+    """Import leaves the `transitions` logger alone; a SpecFSM quiets it unless a level is set."""
     code = (
         "import logging, specfsm\n"
         "assert logging.getLogger('transitions').level == logging.NOTSET\n"

@@ -68,8 +68,7 @@ def test_one_shape_syntax() -> None:
 
 
 def test_toward_is_read_off_the_table() -> None:
-    """TOWARD names, per mode and target, the one load event the table accepts there whose
-    destination settles in the target; DRAINING has none (the drain completes first)."""
+    """TOWARD's event is legal in its mode and settles in its target; DRAINING has none."""
     for (mode, target), event in TOWARD.items():
         if event is None:
             continue
