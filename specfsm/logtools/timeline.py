@@ -1,4 +1,4 @@
-"""`specfsm logs timeline`: the simulator's mode-band plot (specfsm.timeline_plot) for real logs.
+"""`specfsm logs timeline`: the simulator's mode-band plot (logtools.timeline_plot) for real logs.
 
 One pair of panels per rank and run: decode batch size over iteration (or seconds with
 x="time") and accept length below, the mode as bands behind both, every transition a tick.
