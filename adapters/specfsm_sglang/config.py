@@ -110,10 +110,11 @@ def _is_number(v: object) -> bool:
 
 def check_int(key: str, value: object, minimum: int | None = None, note: str = "") -> int:
     """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
-    if not _is_int(value) or (minimum is not None and value < minimum):  # type: ignore[operator]
+    too_small = isinstance(value, int) and minimum is not None and value < minimum
+    if isinstance(value, bool) or not isinstance(value, int) or too_small:
         bound = f" >= {minimum}" if minimum is not None else ""
         raise ConfigError(key, f"expected an integer{bound}{note}, got {value!r}")
-    return int(value)  # type: ignore[call-overload]
+    return value
 
 
 def check_number(key: str, value: object, lo: float = 0.0, hi: float | None = None) -> float:
