@@ -31,7 +31,7 @@ from specfsm.model.costs import (
     SHARED_REF,
 )
 from specfsm.sim.engine import run
-from specfsm.sim.peers import POLICY_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup, policy_names
+from specfsm.sim.peers import POLICY_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup
 from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
 from specfsm.sim.traces import Load, fixed_concurrency, named_traces, poisson
 from specfsm.sim.tune import cost_model
@@ -39,6 +39,18 @@ from specfsm.sim.tune import cost_model
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_command(subparsers, "sim", "serving simulator: policies side by side", main)
+
+
+def policy_names(text: str) -> list[str]:
+    """Comma-separated names out of POLICY_NAMES (empty: all)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {', '.join(map(repr, unknown))} "
+            f"(choose from {', '.join(POLICY_NAMES)})"
+        )
+    return names
 
 
 def _parser() -> ArgParser:

@@ -28,7 +28,6 @@ RESYNCING). `lineup` builds them all with their best static parameters from one 
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -441,15 +440,3 @@ PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
 
 
 POLICY_NAMES = (*STATIC_NAMES, *PEER_NAMES, *SPECFSM_NAMES)
-
-
-def policy_names(text: str) -> list[str]:
-    """Comma-separated names out of POLICY_NAMES (empty: all)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICY_NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(map(repr, unknown))} "
-            f"(choose from {', '.join(POLICY_NAMES)})"
-        )
-    return names
