@@ -165,7 +165,7 @@ def spec_forward_extend(
     return original(backend, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
 
 
-class TorchNativeDraftStepBackend(TorchNativeAttnBackend):
+class TorchNativeDraftStepBackend(TorchNativeAttnBackend):  # type: ignore[misc]  # sglang: untyped
     """Draft decode step ``step`` of a ``topk`` x ``num_steps`` EAGLE draft (see module doc)."""
 
     def __init__(self, model_runner: Any, topk: int, num_steps: int, step: int) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.plugins.hook_registry import HookType
 
 from specfsm_cpu import attention
@@ -44,7 +45,7 @@ def create_draft_backend_around(
     else:
 
         def make() -> tuple[str, Any]:
-            return "torch_native", attention.TorchNativeAttnBackend(runner)
+            return "torch_native", TorchNativeAttnBackend(runner)
 
     backend_map = {**backend_map, "torch_native": make}
     return original(self, backend_name, backend_map, error_template, stamps_children)
@@ -99,7 +100,10 @@ def gather_spec_extras_around(
     from ``managers/overlap_utils.py:507`` in overlap mode). Same result: row ``indices[i]`` of
     each buffer, as new tensors. Non-CPU tensors go to the original."""
     if indices.device.type != "cpu":
-        return original(indices, topk_p_buf, topk_index_buf, output_tokens_buf, hidden_states_buf)
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] = original(
+            indices, topk_p_buf, topk_index_buf, output_tokens_buf, hidden_states_buf
+        )
+        return out
     return gather_rows(indices, topk_p_buf, topk_index_buf, output_tokens_buf, hidden_states_buf)
 
 

@@ -21,6 +21,7 @@ before any ``sglang.srt`` import. Neither stub is a mock of behaviour under test
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -80,7 +81,7 @@ def make_torchvision() -> types.ModuleType:
         "torchvision",
         "specfsm CPU test bed import-only stand-in for torchvision (text models only).",
     )
-    mod.__version__ = "0.0.0+specfsm.stub"
+    mod.__version__ = "0.0.0+specfsm.stub"  # type: ignore[attr-defined]
 
     def __getattr__(name: str) -> Any:
         if name.startswith("__"):
@@ -106,7 +107,7 @@ class _StubSubmoduleFinder(importlib.machinery.PathFinder):
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
 
-class _StubLoader:
+class _StubLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         mod = make_torchvision()
         mod.__name__ = spec.name
