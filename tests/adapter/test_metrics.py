@@ -89,3 +89,81 @@ def test_metrics_labels_from_sglang_collector() -> None:
     assert compat.metrics_labels(_Sched(_Ctx(True, None))) is None
     assert compat.metrics_labels(_Sched(None)) is None
     assert metrics.maybe_create(None, Mode.SPECULATING) is None
+
+
+def _rec(src: Mode, dst: Mode, event: Event, at: float) -> TransitionRecord:
+    return TransitionRecord(1, src, dst, event, "test", 1.0, 1.0, at)
+
+
+def test_fault_self_loop_counts_but_keeps_the_dwell() -> None:
+    """PLAIN -FAULT-> PLAIN is counted as a transition; the mode and its dwell stay."""
+    labels = {**LABELS, "tp_rank": "11"}
+    now = [10.0]
+    m = metrics.Metrics(labels, Mode.PLAIN, clock=lambda: now[0], start=False)
+
+    def v(name: str, **extra: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {**labels, **extra})
+
+    m.transition(_rec(Mode.PLAIN, Mode.PLAIN, Event.FAULT, 14.0))
+    assert v("specfsm_transitions_total", src="PLAIN", dst="PLAIN") == 1.0
+    assert v("specfsm_mode", mode="PLAIN") == 1.0
+    assert v("specfsm_current_mode_seconds") == pytest.approx(4.0)  # not reset to 0
+    m.close()
+
+
+def test_time_never_runs_backwards() -> None:
+    """A record stamped before the last tick credits nothing (no negative increment)."""
+    labels = {**LABELS, "tp_rank": "12"}
+    now = [50.0]
+    m = metrics.Metrics(labels, Mode.SPECULATING, clock=lambda: now[0], start=False)
+    now[0] = 53.0
+    m.tick()
+    m.transition(_rec(Mode.SPECULATING, Mode.DRAINING, Event.LOAD_HIGH, 52.0))
+    spec = REGISTRY.get_sample_value(
+        "specfsm_time_in_mode_seconds_total", {**labels, "mode": "SPECULATING"}
+    )
+    assert spec == pytest.approx(3.0)
+    now[0] = 54.0
+    m.tick()
+    drain = REGISTRY.get_sample_value(
+        "specfsm_time_in_mode_seconds_total", {**labels, "mode": "DRAINING"}
+    )
+    assert drain == pytest.approx(1.0)
+    m.close()
+
+
+def test_policy_faults_per_policy() -> None:
+    """policy_fault(n) adds n to that policy's counter only."""
+    labels = {**LABELS, "tp_rank": "13"}
+    m = metrics.Metrics(labels, Mode.SPECULATING, policy="goodput", start=False)
+    m.policy_fault("goodput")
+    m.policy_fault("goodput", 2)
+    m.policy_fault("threshold")
+    get = REGISTRY.get_sample_value
+    assert get("specfsm_policy_faults_total", {**labels, "policy": "goodput"}) == 3.0
+    assert get("specfsm_policy_faults_total", {**labels, "policy": "threshold"}) == 1.0
+    m.close()
+
+
+def test_families_once_per_label_set() -> None:
+    """The families are created once per label names (a second engine in the process reuses
+    them); another label set (e.g. SGLang's priority label) replaces them in the registry."""
+    names = tuple(LABELS)
+    first = metrics.families(names)
+    assert metrics.families(names) is first
+    m = metrics.Metrics({**LABELS, "tp_rank": "14", "priority": "1"}, Mode.PLAIN, start=False)
+    got = REGISTRY.get_sample_value(
+        "specfsm_mode", {**LABELS, "tp_rank": "14", "priority": "1", "mode": "PLAIN"}
+    )
+    assert got == 1.0
+    m.close()
+    assert metrics.families(names) is not first  # replaced, then created again
+    assert REGISTRY.get_sample_value("specfsm_mode", {**LABELS, "mode": "PLAIN"}) is None
+
+
+def test_maybe_create_starts_and_close_stops_the_thread() -> None:
+    """With labels: a Metrics whose daemon thread runs until close()."""
+    m = metrics.maybe_create({**LABELS, "tp_rank": "15"}, Mode.SPECULATING, "fixed")
+    assert m is not None and m._thread is not None and m._thread.is_alive()
+    m.close()
+    assert not m._thread.is_alive()
