@@ -29,8 +29,8 @@ import os
 import stat
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specfsm import (
     Contracts,
@@ -51,6 +51,11 @@ from specfsm.fsm.contracts import Violation, describe
 from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.config import Config, ConfigError, make_policy
+
+if TYPE_CHECKING:
+    from specfsm import Policy
+    from specfsm_sglang.consensus import GlobalLoad
+    from specfsm_sglang.metrics import Metrics
 
 
 class ControllerObserver:
@@ -154,7 +159,7 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
                 )
         return None
 
-    def width(want_steps: int, want_tokens: int) -> Any:
+    def width(want_steps: int, want_tokens: int) -> Callable[[_Subject], Violation | None]:
         def check(s: _Subject) -> Violation | None:
             w = ctl.worker
             got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
@@ -258,8 +263,8 @@ class Controller:
         self._subject = _Subject(self)
         self.contract_ns = 0
 
-        self.global_load: Any = None
-        self.tp_group: Any = None
+        self.global_load: GlobalLoad | None = None
+        self.tp_group: Any = None  # torch.distributed ProcessGroup (gloo) when tp_size > 1
         try:
             from sglang.srt.runtime_context import get_parallel
 
@@ -284,7 +289,7 @@ class Controller:
         self.control_poll_max_ns = 0
         self.fsm.listeners.append(self._on_transition)
         # created at the end of Scheduler.__init__ (start_metrics), with SGLang's labels
-        self.metrics: Any = None
+        self.metrics: Metrics | None = None
         self.log.config(
             {
                 "sglang": compat.sglang_version(),
@@ -531,7 +536,7 @@ class Controller:
         try:
             change = config.parse_control(content)
             if change.kind == "pin":
-                policy: Any = FixedPolicy(change.pin == "SPECULATING")
+                policy: Policy = FixedPolicy(change.pin == "SPECULATING")
             elif change.kind == "policy":
                 config.check_policy_shape(
                     change.policy, (self.topk, self.spec_steps, self.spec_tokens), "control.policy"

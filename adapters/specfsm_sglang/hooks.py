@@ -33,14 +33,26 @@ if TYPE_CHECKING:
     from specfsm_sglang.controller import Controller, ControllerExtension
 
 CONTROLLER_ATTR = "_specfsm_controller"
-_state: dict[str, Any] = {"cfg": None, "controller": None, "tokenizer_active": False}
+
+
+class _State:
+    """This process's specfsm state (one scheduler rank per process)."""
+
+    __slots__ = ("controller", "tokenizer_active")
+
+    def __init__(self) -> None:
+        self.controller: Controller | None = None
+        #: the tokenizer-side accept-length hook rewrites SGLang's metric (an engine with specfsm)
+        self.tokenizer_active = False
+
+
+_state = _State()
 _extensions: list[ControllerExtension] = []
 
 
 def controller() -> Controller | None:
     """This process's controller (one scheduler rank per process), or None."""
-    ctl: Controller | None = _state["controller"]
-    return ctl
+    return _state.controller
 
 
 def add_extension(ext: ControllerExtension) -> None:
@@ -62,7 +74,7 @@ def launch_check(server_args: Any) -> None:
     not only the first): check the configuration, the server's arguments and the policy's
     shape; refuse with one line; make sure the tokenizer-side metrics hook is in place."""
     if not config.requested():
-        _state["tokenizer_active"] = False  # an engine without specfsm: leave SGLang's metric
+        _state.tokenizer_active = False  # an engine without specfsm: leave SGLang's metric
         return
     try:
         cfg = config.resolve()
@@ -76,7 +88,7 @@ def launch_check(server_args: Any) -> None:
         config.check_policy_shape(cfg.policy, config.server_shape(server_args))
     except ConfigError as exc:
         _refuse(exc)
-    _state["tokenizer_active"] = True
+    _state.tokenizer_active = True
     ensure_tokenizer_side()
 
 
@@ -107,7 +119,7 @@ def register_refusal(exc: ConfigError) -> None:
 def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
     # accept length = tokens committed per K-wide verify including the bonus, exactly;
     # SGLang's completion_tokens / verify_ct would count PLAIN tokens too.
-    if _state["tokenizer_active"] and meta_info.get("spec_verify_ct"):
+    if _state.tokenizer_active and meta_info.get("spec_verify_ct"):
         meta_info["spec_accept_length"] = (
             1.0 + meta_info["spec_num_correct_drafts"] / meta_info["spec_verify_ct"]
         )
@@ -153,8 +165,7 @@ def register(cfg: Config) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     s = compat.surface()
-    _state["cfg"] = cfg
-    _state["tokenizer_active"] = True
+    _state.tokenizer_active = True
 
     def check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
         # normally refused in the parent already (launch_check); the scheduler checks again
@@ -162,7 +173,7 @@ def register(cfg: Config) -> None:
             reason = compat.unsupported_reason(server_args)
             if reason is not None:
                 raise ConfigError("server_args", reason)
-            config.check_policy_shape(_state["cfg"].policy, config.server_shape(server_args))
+            config.check_policy_shape(cfg.policy, config.server_shape(server_args))
         except ConfigError as exc:
             _refuse(exc)
 
@@ -184,12 +195,12 @@ def register(cfg: Config) -> None:
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller
 
-        ctl = Controller(self, self.server_args, _state["cfg"], tuple(_extensions))
+        ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
         setattr(self, CONTROLLER_ATTR, ctl)
-        _state["controller"] = ctl
+        _state.controller = ctl
 
     def around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        ctl = _state["controller"]
+        ctl = _state.controller
         if ctl is None:
             return orig(self, batch, *args, **kwargs)
         if not compat.is_decode_forward(batch):
@@ -202,24 +213,24 @@ def register(cfg: Config) -> None:
         return result
 
     def after_verify_complete(result: Any, self: Any, num_correct: Any, *a: Any, **k: Any) -> None:
-        ctl = _state["controller"]
+        ctl = _state.controller
         if ctl is not None:
             ctl.on_verify_complete(num_correct)
 
     def after_next_batch(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        ctl = _state["controller"]
+        ctl = _state.controller
         if ctl is not None:
             ctl.note_schedule(self, result)
 
     def after_process_result(
         result: Any, self: Any, batch: Any, res: Any, *a: Any, **k: Any
     ) -> None:
-        ctl = _state["controller"]
+        ctl = _state.controller
         if ctl is not None:
             ctl.after_process_result(batch, res)
 
     def after_idle(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        ctl = _state["controller"]
+        ctl = _state.controller
         if ctl is not None:
             ctl.on_idle()
 
@@ -229,7 +240,7 @@ def register(cfg: Config) -> None:
         # A 1-wide round (PLAIN/DRAINING/RESYNCING) proposes no draft: SGLang would count it
         # as a verify with K-1 proposed drafts and 0 correct. Undo that per-request count so
         # spec_verify_ct, spec_num_proposed_drafts and the histogram describe K-wide rounds.
-        if _state["controller"] is None or getattr(result, "speculative_num_draft_tokens", 2) != 1:
+        if _state.controller is None or getattr(result, "speculative_num_draft_tokens", 2) != 1:
             return orig(self, result, batch, *a, **k)
         counted = [not (r.is_retracted or r.finished()) for r in batch.reqs]
         out = orig(self, result, batch, *a, **k)

@@ -27,11 +27,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from specfsm import TRANSITIONS, Mode, TransitionRecord
+
+if TYPE_CHECKING:  # imported at run time only once SGLang set PROMETHEUS_MULTIPROC_DIR
+    from prometheus_client import Counter, Gauge
 
 #: seconds between two live updates of the current mode's time (background thread)
 TICK_S = 1.0
@@ -41,11 +44,11 @@ TICK_S = 1.0
 class Families:
     """The metric families for one label set (label names)."""
 
-    mode: Any
-    transitions: Any
-    time_in_mode: Any
-    current_mode_seconds: Any
-    policy_faults: Any
+    mode: Gauge
+    transitions: Counter
+    time_in_mode: Counter
+    current_mode_seconds: Gauge
+    policy_faults: Counter
 
 
 _FAMILIES: dict[tuple[str, ...], Families] = {}

@@ -64,9 +64,9 @@ def test_not_requested_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     switched off for that engine)."""
     for k in ("SPECFSM_CONFIG", "SPECFSM_CONFIG_JSON", "SPECFSM_POLICY"):
         monkeypatch.delenv(k, raising=False)
-    hooks._state["tokenizer_active"] = True
+    hooks._state.tokenizer_active = True
     hooks.launch_check(SimpleNamespace(**ARGS))
-    assert hooks._state["tokenizer_active"] is False
+    assert hooks._state.tokenizer_active is False
     meta = {"spec_verify_ct": 2, "spec_num_correct_drafts": 2, "spec_accept_length": 9.0}
     hooks._after_spec_metrics(None, None, meta, None, 0)
     assert meta["spec_accept_length"] == 9.0
