@@ -75,7 +75,7 @@ KINDS = (
 )
 #: benchmarks/gpu/agree_weights.py in the source tree (the test bed runs from an editable
 #: install; the module is not part of the wheel).
-AGREE_WEIGHTS = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "agree_weights.py"
+AGREE_WEIGHTS = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "agree_weights.py"
 
 
 def cache_root() -> Path:
