@@ -6,8 +6,9 @@ Two halves:
   :func:`specfsm_cpu.boot.boot`): version pin, ``SGLANG_USE_CPU_ENGINE=1``,
   ``TORCHDYNAMO_DISABLE=1``, import-only stubs (:mod:`.stubs`) whose ``sgl_kernel`` carries the
   pure-torch op ports (:mod:`.ops`);
-* after start-up, from the SGLang plugin (:func:`enable`, called by
-  ``specfsm_sglang.plugin:load`` when ``SPECFSM_SGLANG_CPU=1``): HookRegistry hooks
+* after start-up, from this distribution's own SGLang plugin (:func:`enable`, called by
+  ``specfsm_cpu.plugin:load``, entry point ``specfsm_cpu``, when ``SPECFSM_SGLANG_CPU=1``;
+  the specfsm plugin knows nothing of the CPU bed): HookRegistry hooks
   (:mod:`.hooks`) for torch_native draft decode / target verify, the overlap switch and the
   overlap-mode row gather.
 

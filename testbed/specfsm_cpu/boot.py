@@ -8,8 +8,8 @@ spawned scheduler imports them before ``load_plugins()``).
 
 Only what must precede any ``sglang.srt`` import lives here: the version pin, the environment
 (``SGLANG_USE_CPU_ENGINE``, ``TORCHDYNAMO_DISABLE``) and the import-only stubs. Behaviour
-patches that are used after start-up go through SGLang's ``HookRegistry`` from the plugin
-(:func:`specfsm_cpu.enable`).
+patches that are used after start-up go through SGLang's ``HookRegistry`` from the test bed's
+plugin (:mod:`specfsm_cpu.plugin` -> :func:`specfsm_cpu.enable`).
 
 This module imports no torch / sglang at import time so that the boot stays cheap in processes
 that never touch SGLang.

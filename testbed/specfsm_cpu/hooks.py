@@ -1,7 +1,7 @@
 """The SGLang behaviour patches of the CPU test bed, as HookRegistry hooks.
 
 Each entry of :data:`HOOKS` is (target, hook type, hook). They are registered and applied by
-:func:`specfsm_cpu.enable` (from the plugin, in every SGLang process). No SGLang file is
+:func:`specfsm_cpu.enable` (from the test bed's plugin, in every SGLang process). No SGLang file is
 copied or edited.
 """
 

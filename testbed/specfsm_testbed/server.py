@@ -4,11 +4,12 @@
 :func:`.engine.engine_args`, turned into command-line flags) on a free loopback port, with
 ``SPECFSM_SGLANG_CPU=1`` in its environment: ``specfsm_cpu_boot.pth`` boots the CPU test bed
 at interpreter start in the server and in the scheduler / detokenizer processes it spawns, and
-the specfsm plugin (entry point) enables the CPU hooks and, when a specfsm configuration is in
-the environment (:func:`.fsm.fsm_env`), specfsm itself. It waits for ``/health``, talks JSON
-over HTTP (:meth:`HttpServer.post`, :meth:`HttpServer.get`, e.g. ``/generate`` or
-``/metrics``) and stops the server with SIGTERM (SGLang's own handler takes its children down),
-then checks that no process of its tree is left and the port is free again.
+the test bed's plugin (entry point ``specfsm_cpu``) enables the CPU hooks and, when a specfsm
+configuration is in the environment (:func:`.fsm.fsm_env`), the specfsm plugin runs specfsm.
+It waits for ``/health``, talks JSON over HTTP (:meth:`HttpServer.post`,
+:meth:`HttpServer.get`, e.g. ``/generate`` or ``/metrics``) and stops the server with SIGTERM
+(SGLang's own handler takes its children down), then checks that no process of its tree is
+left and the port is free again.
 
     with HttpServer(spec="EAGLE", agree="mid", env=fsm_env(tmp, policy)) as srv:
         srv.generate([[5, 6, 7]], max_new_tokens=8)
