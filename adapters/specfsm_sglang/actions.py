@@ -6,9 +6,13 @@ What each mode owns in SGLang 0.5.23 (see docs/sglang.md):
   start-up, registered by specfsm.
 - DRAINING, PLAIN and RESYNCING attach the 1-wide runtime state (steps=0, one verify token,
   built by `EAGLEWorkerV2.build_adaptive_runtime_state(0, 1)` at start-up): one target token
-  per request, no draft step. In this version PLAIN keeps the draft warm (a 1-token
-  draft-extend per step, as upstream's steps=0 does); the zero-tax PLAIN replaces exactly the
-  PLAIN and RESYNCING actions below (lag buffer on entry, catch-up in RESYNCING).
+  per request, no draft step.
+- PLAIN, zero-tax (config ``plain: "zero_tax"``, `specfsm_sglang.plain`): PLAIN also attaches
+  its own target decode state (attention backend + DECODE graph, built at start-up) and the lag
+  buffer records what the draft misses; RESYNCING keeps that state (its forwards are plain steps
+  followed by the batched catch-up) and its exit on RESYNCED gives the target runner back the
+  1-wide state's verify backend and graph. Warm PLAIN (``plain: "warm"``, upstream's steps=0)
+  keeps the draft warm with a 1-token draft-extend per step; its RESYNCING has nothing to do.
 - DRAINING owns the K-wide batches still in flight: it allocates nothing, and its exit drops
   specfsm's references to them once their results were processed.
 """
@@ -23,11 +27,15 @@ from specfsm import TransitionInfo
 class SGLangModeActions:
     """Entry/exit actions for one EAGLEWorkerV2 (one scheduler rank)."""
 
-    def __init__(self, worker: Any, spec_state: Any, plain_state: Any, ctl: Any) -> None:
+    def __init__(
+        self, worker: Any, spec_state: Any, plain_state: Any, ctl: Any, zero_tax: Any = None
+    ) -> None:
         self.worker = worker
         self.spec_state = spec_state
         self.plain_state = plain_state
         self.ctl = ctl  # the controller: in-flight bookkeeping and resync progress
+        #: PLAIN's own decode state and lag buffer (specfsm_sglang.plain.ZeroTaxPlain), or None
+        self.zero_tax = zero_tax
 
     def _attach(self, state: Any) -> None:
         """Attach a pre-built runtime state to the worker, completely.
@@ -50,7 +58,7 @@ class SGLangModeActions:
         w.apply_runtime_state(state)
 
     # SPECULATING -------------------------------------------------------------------------
-    def enter_speculating(self, t: TransitionInfo) -> None:
+    def enter_speculating(self, t: TransitionInfo | None) -> None:
         self._attach(self.spec_state)
 
     def exit_speculating(self, t: TransitionInfo) -> None:
@@ -71,10 +79,15 @@ class SGLangModeActions:
         self.ctl.inflight_wide = 0  # release: specfsm holds no reference to K-wide batches
 
     # PLAIN -------------------------------------------------------------------------------
-    def enter_plain(self, t: TransitionInfo) -> None:
+    def enter_plain(self, t: TransitionInfo | None) -> None:
         # Total and idempotent (the FAULT path runs only this): from any partial state,
-        # attach the 1-wide state and forget any catch-up in progress.
+        # attach the 1-wide state (and PLAIN's own decode state) and forget any catch-up in
+        # progress (a partly caught-up batch keeps its lag: nothing is half-applied).
+        if self.zero_tax is not None:
+            self.zero_tax.detach()
         self._attach(self.plain_state)
+        if self.zero_tax is not None:
+            self.zero_tax.attach()
         self.ctl.resync_left = 0
 
     def exit_plain(self, t: TransitionInfo) -> None:
@@ -82,9 +95,15 @@ class SGLangModeActions:
 
     # RESYNCING ---------------------------------------------------------------------------
     def enter_resyncing(self, t: TransitionInfo) -> None:
-        # Warm PLAIN: the draft saw every token through its 1-token draft-extend, so the
-        # catch-up is the next forward's draft-extend; count it down.
-        self.ctl.resync_left = self.ctl.resync_forwards
+        # Zero-tax: the catch-up runs in RESYNCING's forwards until no request lags
+        # (`ZeroTaxPlain.forward(resync=True)` clears resync_left). Warm PLAIN: the draft saw
+        # every token through its 1-token draft-extend; count the configured forwards down.
+        self.ctl.resync_left = 1 if self.zero_tax is not None else self.ctl.resync_forwards
 
     def exit_resyncing(self, t: TransitionInfo) -> None:
+        if self.zero_tax is not None and t.event.name == "RESYNCED":
+            # the draft is warm again: the target runner gets the 1-wide verify state back
+            # (SPECULATING's entry then attaches the K-wide one)
+            self.zero_tax.detach()
+            self._attach(self.plain_state)
         self.ctl.resync_left = 0

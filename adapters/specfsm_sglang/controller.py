@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from specfsm import Policy
     from specfsm_sglang.consensus import GlobalLoad
     from specfsm_sglang.metrics import Metrics
+    from specfsm_sglang.plain import ZeroTaxPlain
 
 
 class ControllerObserver:
@@ -241,7 +242,15 @@ class Controller:
 
         #: called at the points ControllerObserver documents (see there)
         self.observers: list[ControllerObserver] = []
-        actions: Any = SGLangModeActions(worker, self.spec_state, self.plain_state, self)
+        #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
+        self.zero_tax: ZeroTaxPlain | None = None
+        if cfg.plain == "zero_tax":
+            from specfsm_sglang.plain import ZeroTaxPlain
+
+            self.zero_tax = ZeroTaxPlain(worker, cfg.lag_tokens, cfg.catchup_tokens)
+        actions: Any = SGLangModeActions(
+            worker, self.spec_state, self.plain_state, self, self.zero_tax
+        )
         for ext in extensions:
             actions = ext.wrap_actions(self, actions)
         # checked (directory created) in the parent; again here for this rank's path
@@ -299,7 +308,11 @@ class Controller:
                 "draft_tokens": self.spec_tokens,
                 "overlap": self.overlap,
                 "dp_attention": self.global_load is not None,
-                "plain": "warm (steps=0 runtime state: 1-token verify + 1-token draft-extend)",
+                **(
+                    self.zero_tax.describe()
+                    if self.zero_tax is not None
+                    else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
+                ),
                 "build_plain_state_s": round(self.build_plain_s, 3),
                 **{k: v for k, v in cfg.as_dict().items() if k != "policy"},
                 "policy": self.fsm.policy.describe(),
@@ -390,7 +403,9 @@ class Controller:
         if wide:
             self.inflight_wide += 1
             self._wide_its.append(self.iteration)
-        elif self.resync_left > 0:
+        elif self.resync_left > 0 and self.zero_tax is None:
+            # warm PLAIN: RESYNCING lasts resync_forwards forwards (zero-tax: until the
+            # catch-up reports every request caught up, `ZeroTaxPlain.resync_done`)
             self.resync_left -= 1
         if self.observers:
             for o in self.observers:

@@ -203,12 +203,24 @@ def register(cfg: Config) -> None:
         ctl = _state.controller
         if ctl is None:
             return orig(self, batch, *args, **kwargs)
+        zt = ctl.zero_tax
         if not compat.is_decode_forward(batch):
             if ctl.observers:
                 ctl.note_extend(batch)
-            return orig(self, batch, *args, **kwargs)
+            out = orig(self, batch, *args, **kwargs)
+            if zt is not None:
+                zt.note_prefill(batch)  # SGLang's prefill draft-extend: their draft is warm
+            return out
         ctl.before_forward(batch)
-        result = orig(self, batch, *args, **kwargs)
+        if zt is not None and zt.attached and not batch.forward_mode.is_idle():
+            # PLAIN / RESYNCING, zero-tax: one target decode forward, nothing else (in
+            # RESYNCING followed by the batched catch-up)
+            resync = ctl.resync_left > 0
+            result = zt.forward(batch, on_publish=kwargs.get("on_publish"), resync=resync)
+            if resync and zt.resync_done:
+                ctl.resync_left = 0
+        else:
+            result = orig(self, batch, *args, **kwargs)
         ctl.after_forward(batch, result)
         return result
 

@@ -13,6 +13,11 @@ adds an observer that
 * writes ``counters-rank{N}.json`` (atomically) after each transition, each fault, each
   processed decode result and, at most every 0.25 s, from the idle loop.
 
+The counters also hold the draft model's forwards per mode (``draft_forwards_by_mode``,
+counted at the draft runner, independently of specfsm) and, with zero-tax PLAIN, the lag
+buffer's and the catch-up's own counters (``zero_tax``). ``SPECFSM_TEST_SKIP_CATCHUP=1`` makes
+zero-tax RESYNCING skip its catch-up (a cold draft after re-entry: the catch-up's teeth).
+
 ``SPECFSM_TEST_KEEP_INT32_CANDIDATES=1`` (with the channel on) undoes specfsm's int64 fix of
 the 1-wide verify's candidates, to reproduce the H200 crash it fixes
 (tests/engine/test_int64_candidates.py). The helpers that write and read these files are in
@@ -34,6 +39,9 @@ from specfsm import Mode, ModeActions, SpecFSMError, TransitionInfo, TransitionR
 TEST_DIR_ENV = "SPECFSM_TEST_DIR"
 #: "1": the 1-wide verify input keeps SGLang's int32 candidates (undoes specfsm's int64 fix)
 KEEP_INT32_CANDIDATES_ENV = "SPECFSM_TEST_KEEP_INT32_CANDIDATES"
+#: "1": zero-tax RESYNCING skips the catch-up (the draft re-enters cold, as SGLang's
+#: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND leaves it): the test that the catch-up has teeth
+SKIP_CATCHUP_ENV = "SPECFSM_TEST_SKIP_CATCHUP"
 
 
 class FaultInjector:
@@ -180,6 +188,18 @@ class TestChannel(ControllerObserver):
         c["iteration"] = ctl.iteration
         c["contract_ns"] = ctl.contract_ns
         c["contract_checks"] = ctl.contracts.checked
+        if ctl.zero_tax is not None:
+            st = ctl.zero_tax.stats
+            c["zero_tax"] = {
+                "plain_forwards": st.plain_forwards,
+                "recorded_tokens": st.recorded_tokens,
+                "catchups": st.catchups,
+                "catchup_draft_forwards": st.draft_forwards,
+                "caught_up_rows": st.caught_up_rows,
+                "caught_up_tokens": st.caught_up_tokens,
+                "overflow_rows": st.overflow_rows,
+                "peak_lag": st.peak_lag,
+            }
         path = os.path.join(self.test_dir, f"counters-rank{ctl.rank}.json")
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -193,9 +213,12 @@ class TestChannelExtension:
 
     __test__ = False
 
-    def __init__(self, test_dir: str, keep_int32: bool = False) -> None:
+    def __init__(
+        self, test_dir: str, keep_int32: bool = False, skip_catchup: bool = False
+    ) -> None:
         self.test_dir = test_dir
         self.keep_int32 = keep_int32
+        self.skip_catchup = skip_catchup
         self.injector: FaultInjector | None = None
         self.channel: TestChannel | None = None
 
@@ -208,6 +231,40 @@ class TestChannelExtension:
         ctl.observers.append(self.channel)
         if self.keep_int32:
             _keep_int32_candidates(ctl.worker)
+        _count_draft_forwards(ctl, self.channel)
+        if self.skip_catchup and ctl.zero_tax is not None:
+            _skip_catchup(ctl.zero_tax)
+
+
+def _count_draft_forwards(ctl: Controller, channel: TestChannel) -> None:
+    """Count the draft model's forwards per mode at its runner (an instance attribute around
+    ``draft_runner.forward``): what a mode really costs in draft work, whoever asked for it."""
+    runner = ctl.worker._draft_worker.draft_runner
+    forward = runner.forward
+    by = channel.counters.setdefault("draft_forwards_by_mode", {m.name: 0 for m in Mode})
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        by[ctl.fsm.mode.value] += 1
+        return forward(*args, **kwargs)
+
+    runner.forward = counted
+
+
+def _skip_catchup(zt: Any) -> None:
+    """Zero-tax RESYNCING without its catch-up: the lag is dropped, the draft input stays the
+    zeros PLAIN relayed (cold re-entry)."""
+
+    def cold(batch: Any, *args: Any, **kwargs: Any) -> bool:
+        zt.lag.reset([r for r in (_row(q) for q in batch.reqs) if r is not None])
+        return True
+
+    zt._catch_up = cold
+
+
+def _row(req: Any) -> int | None:
+    kv = getattr(req, "kv", None)
+    idx = getattr(kv, "req_pool_idx", None) if kv is not None else None
+    return None if idx is None else int(idx)
 
 
 def _keep_int32_candidates(worker: Any) -> None:
@@ -236,7 +293,11 @@ def load() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from specfsm_sglang import compat, hooks
 
-    ext = TestChannelExtension(test_dir, os.environ.get(KEEP_INT32_CANDIDATES_ENV) == "1")
+    ext = TestChannelExtension(
+        test_dir,
+        keep_int32=os.environ.get(KEEP_INT32_CANDIDATES_ENV) == "1",
+        skip_catchup=os.environ.get(SKIP_CATCHUP_ENV) == "1",
+    )
     hooks.add_extension(ext)
 
     def after_retract(result: Any, *args: Any, **kwargs: Any) -> None:

@@ -1,0 +1,133 @@
+"""Zero-tax PLAIN in the real engine: no draft work while PLAIN, and a batched catch-up in
+RESYNCING that leaves the draft exactly where a draft kept warm every step would be.
+
+Each case runs the same requests through three engines with the same scripted schedule
+(SPECULATING, then PLAIN for 14 decode forwards, then SPECULATING): warm PLAIN (upstream's
+steps=0, the draft sees every token), zero-tax PLAIN, and zero-tax PLAIN whose catch-up is
+switched off by the test channel (the draft re-enters cold, as SGLang's skip flag leaves it).
+The target is the test bed's agreeing bigram model with the ``mid`` EAGLE draft (~2.3 tokens
+per verify), so accept lengths depend on the draft's state: equal accept lengths round by round
+after re-entry mean equal draft proposals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from specfsm_testbed import engine as E
+from specfsm_testbed import fsm as F
+from specfsm_testbed.channel import SKIP_CATCHUP_ENV
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = E.default_prompts(4, seed=5)
+NEW_TOKENS = 48
+SCHEDULE = {"name": "scripted", "schedule": [[6, "PLAIN"], [20, "SPECULATING"]]}
+# The cold cases are a prefix of CASES (pytest groups a module-scoped fixture's tests by the
+# param's index; see test_switching.on).
+CASES = {
+    "chain-overlap": {"tree": False, "overlap": True},
+    "tree-sync": {"tree": True, "overlap": False},
+    "chain-sync": {"tree": False, "overlap": False},
+    "tree-overlap": {"tree": True, "overlap": True},
+}
+#: the cold (no catch-up) engine runs on these cases only (the suite's time)
+COLD_CASES = ("chain-overlap", "tree-sync")
+
+
+def _run(d: Path, plain: str, case: dict[str, Any], cold: bool = False) -> dict[str, Any]:
+    """One engine: greedy outputs, accept lengths per K-wide round, transitions, counters."""
+    env = {SKIP_CATCHUP_ENV: "1"} if cold else {}
+    with F._env(env):
+        eng = F.make_fsm_engine(
+            d,
+            policy=SCHEDULE,
+            config={"plain": plain, "observe_every": 1},
+            spec="EAGLE",
+            agree="mid",
+            **case,
+        )
+    try:
+        out = E.generate_greedy(eng, PROMPTS, NEW_TOKENS)
+        counters = F.counters(d, wait_s=5)
+    finally:
+        eng.shutdown()
+    lines = F.transitions(d)
+    rounds: dict[int, tuple[int, ...]] = {}
+    for ln in lines:
+        if ln.get("event") == "specfsm.observation" and ln.get("accept_lens"):
+            rounds[ln["accept_lens_iteration"]] = tuple(ln["accept_lens"])
+    moves = [(ln["src"], ln["dst"]) for ln in lines if ln.get("event") == "specfsm.transition"]
+    return {"out": out, "rounds": rounds, "moves": moves, "counters": counters}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Warm, zero-tax (and on COLD_CASES the cold zero-tax) runs of one case."""
+    name = request.param
+    case = CASES[name]
+    res = {
+        "name": name,
+        "warm": _run(tmp_path_factory.mktemp(f"{name}-warm"), "warm", case),
+        "zero_tax": _run(tmp_path_factory.mktemp(f"{name}-zt"), "zero_tax", case),
+    }
+    if name in COLD_CASES:  # the teeth test's engines
+        res["cold"] = _run(tmp_path_factory.mktemp(f"{name}-cold"), "zero_tax", case, cold=True)
+    return res
+
+
+def test_greedy_equal_to_no_speculation(runs: Any) -> None:
+    """Warm, zero-tax and cold re-entry all give the no-speculation greedy outputs."""
+    want = E.AgreeReference()(PROMPTS, NEW_TOKENS)
+    for kind in ("warm", "zero_tax", "cold"):
+        if kind in runs:
+            assert runs[kind]["out"] == want, kind
+
+
+def test_schedule_went_through_every_mode(runs: Any) -> None:
+    """The schedule really left speculation and came back through RESYNCING."""
+    want = [
+        ("SPECULATING", "DRAINING"),
+        ("DRAINING", "PLAIN"),
+        ("PLAIN", "RESYNCING"),
+        ("RESYNCING", "SPECULATING"),
+    ]
+    for kind in ("warm", "zero_tax"):
+        assert runs[kind]["moves"] == want, kind
+
+
+def test_no_draft_forward_while_plain(runs: Any) -> None:
+    """Zero-tax PLAIN runs no draft forward at all (counted at the draft runner); warm PLAIN
+    runs one per step; the catch-up is one batched draft forward in RESYNCING."""
+    zt = runs["zero_tax"]["counters"]
+    warm = runs["warm"]["counters"]
+    plain_steps = zt["mode_forwards"]["PLAIN"]
+    assert plain_steps >= 10
+    assert zt["draft_forwards_by_mode"]["PLAIN"] == 0
+    assert warm["draft_forwards_by_mode"]["PLAIN"] >= warm["mode_forwards"]["PLAIN"]
+    stats = zt["zero_tax"]
+    assert stats["plain_forwards"] == plain_steps + zt["mode_forwards"]["RESYNCING"]
+    assert stats["catchups"] == 1 and stats["catchup_draft_forwards"] == 1
+    assert stats["caught_up_rows"] == len(PROMPTS)
+    assert stats["caught_up_tokens"] == stats["recorded_tokens"]
+    assert stats["overflow_rows"] == 0
+
+
+def test_catch_up_equals_a_draft_kept_warm(runs: Any) -> None:
+    """After re-entry, every K-wide round's accept lengths equal the warm run's, round by
+    round (the first draft after RESYNCING proposes what a warm draft proposes)."""
+    warm, zt = runs["warm"]["rounds"], runs["zero_tax"]["rounds"]
+    assert len(warm) >= 10
+    assert zt == warm
+
+
+@pytest.mark.parametrize("runs", COLD_CASES, indirect=True)
+def test_without_catch_up_the_draft_reenters_cold(runs: Any) -> None:
+    """The same run with the catch-up switched off accepts differently right after re-entry
+    (its first draft starts from nothing): the test above has teeth."""
+    warm, cold = runs["warm"]["rounds"], runs["cold"]["rounds"]
+    first = min(i for i in warm if i > 20)  # the first K-wide round after RESYNCING
+    assert cold[first] != warm[first]
+    assert sum(cold[first]) < sum(warm[first])
