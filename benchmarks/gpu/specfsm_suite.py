@@ -175,6 +175,7 @@ class Suite:
                 "control_file": str(self.control),
                 "control_every": 1,
                 "contracts_every": 1,
+                **json.loads(a.fsm_config),
             }
             cfg_path = self.out / f"specfsm_{self.tag}.json"
             cfg_path.write_text(json.dumps(cfg))
@@ -327,6 +328,9 @@ def main() -> int:
     ap.add_argument("--algo", default="EAGLE3", choices=["EAGLE3", "EAGLE"])
     ap.add_argument("--fsm", action="store_true", help="specfsm on (control file, test dir)")
     ap.add_argument("--overlap", action="store_true")
+    ap.add_argument(
+        "--fsm-config", default="{}", help='extra specfsm config keys, e.g. {"plain": "warm"}'
+    )
     ap.add_argument("--target", default="")
     ap.add_argument("--draft", default="")
     ap.add_argument("--out", type=Path, required=True)

@@ -68,12 +68,61 @@ def timing_medians(path: Path) -> dict[tuple[str, str | None, int, int], tuple[f
     return {k: (statistics.median(v), len(v)) for k, v in acc.items()}
 
 
+def _plain_kind(log: Path) -> str | None:
+    """ "zero_tax" or "warm": the PLAIN implementation an engine's specfsm config line names
+    (logs from before zero-tax PLAIN have no such key: warm)."""
+    if not log.exists():
+        return None
+    for line in log.read_text().splitlines():
+        if '"specfsm.config"' in line:
+            plain = str(json.loads(line).get("plain", "warm"))
+            return "zero_tax" if plain.startswith("zero_tax") else "warm"
+    return None
+
+
+def _reentry_accept(log: Path) -> tuple[float, int, float, int, int] | None:
+    """From a transition log with observation lines (observe_every 1): the mean accept length
+    of the first K-wide round after each RESYNCING -> SPECULATING, its request-rounds, the
+    mean over every other round, its request-rounds, and the number of re-entries."""
+    if not log.exists():
+        return None
+    reentries: list[int] = []
+    rounds: dict[int, list[int]] = {}
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("event") == "specfsm.transition" and (r["src"], r["dst"]) == (
+            "RESYNCING",
+            "SPECULATING",
+        ):
+            reentries.append(int(r["iteration"]))
+        elif r.get("event") == "specfsm.observation" and r.get("accept_lens"):
+            rounds[int(r["accept_lens_iteration"])] = list(r["accept_lens"])
+    if not reentries or not rounds:
+        return None
+    its = sorted(rounds)
+    first: list[int] = []
+    rest: list[int] = []
+    for it in its:
+        prev = [x for x in reentries if x <= it]
+        is_first = bool(prev) and not [y for y in its if max(prev) <= y < it]
+        (first if is_first else rest).extend(rounds[it])
+    if not first or not rest:
+        return None
+    return sum(first) / len(first), len(first), sum(rest) / len(rest), len(rest), len(reentries)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--summary", type=Path, required=True)
     ap.add_argument("--csv", type=Path, required=True)
     ap.add_argument("--header", action="append", default=[])
+    ap.add_argument(
+        "--zero-tax-tag",
+        default=None,
+        help="the engine whose PLAIN rows give the plain_step_vs_decode_bsN goal lines "
+        "(default: the only zero-tax engine with e2e rows)",
+    )
     args = ap.parse_args()
     d: Path = args.dir
     lines: list[str] = []
@@ -260,14 +309,36 @@ def main() -> int:
                 f"{label}_step_vs_decode_{t}_bs{bs}{suffix}",
                 f"{ms / base:.3f} ({ms:.2f} vs {base:.2f} ms; accept {acc[(t, mode, bs, ctx)]})",
             )
+    # accept length right after re-entry vs the rest (agreeing weights: a known steady state)
+    for t in tags:
+        ra = _reentry_accept(d / f"transitions_{t}.jsonl") if t.startswith("agree") else None
+        if ra is not None:
+            put(
+                f"reentry_accept_{t}",
+                f"{ra[0]:.3f} in the first K-wide round after each of {ra[4]} re-entries "
+                f"({ra[1]} request-rounds) vs {ra[2]:.3f} in every other round ({ra[3]})",
+            )
+
+    # the goal lines: PLAIN's end-to-end step vs the no-spec engine's decode step
+    kinds = {t: _plain_kind(d / f"transitions_{t}.jsonl") for t in tags}
+    with_e2e = {t for (t, mode, _, _) in e2e if mode == "PLAIN"}
+    zt_tags = sorted(t for t in with_e2e if kinds.get(t) == "zero_tax")
+    zt_tag = args.zero_tax_tag or (zt_tags[0] if len(zt_tags) == 1 else None)
     for bs in (1, 16, 64, 256):
-        k = ("chain_fsm", "PLAIN", bs, 1024)
         b = ("none", "none", bs, 1024)
-        if k in e2e and b in e2e:
+        if zt_tag is not None and (zt_tag, "PLAIN", bs, 1024) in e2e and b in e2e:
             put(
                 f"plain_step_vs_decode_bs{bs}",
-                f"{e2e[k] / e2e[b]:.3f} (warm PLAIN as shipped; zero-tax goal <= 1.02)",
+                f"{e2e[(zt_tag, 'PLAIN', bs, 1024)] / e2e[b]:.3f} (goal <= 1.02; zero-tax "
+                f"PLAIN, engine {zt_tag})",
             )
+        for t in sorted(with_e2e):
+            if kinds.get(t) == "warm" and (t, "PLAIN", bs, 1024) in e2e and b in e2e:
+                put(
+                    f"warm_plain_step_vs_decode_bs{bs}",
+                    f"{e2e[(t, 'PLAIN', bs, 1024)] / e2e[b]:.3f} (warm PLAIN: SGLang's steps=0, "
+                    f"engine {t})",
+                )
 
     # controlled-acceptance sweep
     nospec = {r["c"]: r["tok_s"] for r in results.get("none", []) if r.get("phase") == "sweep"}
