@@ -142,6 +142,30 @@ def unsupported_reason(server_args: Any) -> str | None:
     return None
 
 
+def zero_tax_unsupported(server_args: Any) -> str | None:
+    """Why zero-tax PLAIN (config ``plain: "zero_tax"``) cannot run with these server
+    arguments, or None. Each reason names the way out (``"plain": "warm"``)."""
+    checks = [
+        (
+            "enable_mixed_chunk",
+            "mixed chunks decode running requests inside prefill batches, which the lag "
+            "buffer does not record",
+        ),
+        (
+            "speculative_use_rejection_sampling",
+            "the catch-up proposes greedy/top-k drafts, not rejection-sampling draft probs",
+        ),
+        (
+            "enable_dp_attention",
+            "DP-attention idle batches have no zero-tax path yet",
+        ),
+    ]
+    for field, why in checks:
+        if getattr(server_args, field, False):
+            return f'{field}=True with "plain": "zero_tax": {why}; use "plain": "warm"'
+    return None
+
+
 def is_decode_forward(batch: Any) -> bool:
     """True for a decode (or DP-idle) forward: the only forwards whose width specfsm sets."""
     mode = batch.forward_mode

@@ -181,11 +181,33 @@ def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
 
         return check
 
+    def target_state(plain: bool) -> Any:
+        def check(s: _Subject) -> Violation | None:
+            """Zero-tax: the target runner holds PLAIN's decode state exactly in PLAIN and
+            RESYNCING (a DECODE batch on a verify graph is the seeds' crash class)."""
+            zt = ctl.zero_tax
+            if zt is None:
+                return None
+            tmr = ctl.worker._target_worker.model_runner
+            has = (
+                zt.attached
+                and tmr.attn_backend is zt.target_attn_backend
+                and tmr.decode_cuda_graph_runner is zt.target_graph_runner
+            )
+            if has == plain:
+                return None
+            want = "PLAIN's decode state" if plain else "a verify state (not PLAIN's)"
+            got = "PLAIN's decode state" if has else "a verify state"
+            return Violation("target runner (attn_backend, decode graph)", want, got)
+
+        return check
+
     common = [draft_input, rows]
-    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens)]
-    narrow = [*common, width(0, 1)]
+    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens), target_state(False)]
+    drain = [*common, width(0, 1), target_state(False)]
+    plain = [*common, width(0, 1), target_state(True)]
     return Contracts(
-        {Mode.SPECULATING: wide, Mode.DRAINING: narrow, Mode.PLAIN: narrow, Mode.RESYNCING: narrow},
+        {Mode.SPECULATING: wide, Mode.DRAINING: drain, Mode.PLAIN: plain, Mode.RESYNCING: plain},
         every=every,
     )
 

@@ -85,6 +85,8 @@ def launch_check(server_args: Any) -> None:
         reason = compat.unsupported_reason(server_args)
         if reason is not None:
             raise ConfigError("server_args", reason)
+        if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
+            raise ConfigError("plain", why)
         config.check_policy_shape(cfg.policy, config.server_shape(server_args))
     except ConfigError as exc:
         _refuse(exc)
@@ -173,6 +175,8 @@ def register(cfg: Config) -> None:
             reason = compat.unsupported_reason(server_args)
             if reason is not None:
                 raise ConfigError("server_args", reason)
+            if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
+                raise ConfigError("plain", why)
             config.check_policy_shape(cfg.policy, config.server_shape(server_args))
         except ConfigError as exc:
             _refuse(exc)
@@ -195,7 +199,10 @@ def register(cfg: Config) -> None:
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller
 
-        ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
+        try:
+            ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
+        except ConfigError as exc:  # e.g. the lag buffer does not fit: refuse in one line
+            _refuse(exc)
         setattr(self, CONTROLLER_ATTR, ctl)
         _state.controller = ctl
 

@@ -184,6 +184,18 @@ class ZeroTaxPlain:
         self.graph_bytes = max(0, free0 - _free_bytes(device))
         width, dtype = target_capture_width(worker)
         slots = int(worker.req_to_token_pool.req_to_token.shape[0])
+        need = slots * lag_tokens * (width * torch.empty((), dtype=dtype).element_size() + 8)
+        free = _free_bytes(device)
+        if free and need > free // 2:
+            from specfsm_sglang.config import ConfigError
+
+            raise ConfigError(
+                "lag_tokens",
+                f"the lag buffer needs {need / 2**30:.2f} GiB ({slots} request slots x "
+                f"{lag_tokens} tokens x {need // (slots * lag_tokens)} bytes) and only "
+                f"{free / 2**30:.2f} GiB are free after SGLang's pools (at most half is used); "
+                'lower lag_tokens, lower --mem-fraction-static, or use "plain": "warm"',
+            )
         self.lag = LagBuffer(slots, lag_tokens, width, dtype, device)
         self.stats = LagStats()
         self.topk = int(worker.topk)

@@ -36,8 +36,14 @@ ARGS = {
             {"speculative_algorithm": "STANDALONE"},
             "specfsm: refusing to start: server_args: speculative_algorithm=STANDALONE",
         ),
+        (
+            {"SPECFSM_POLICY": "fixed:speculate=true"},
+            {"enable_mixed_chunk": True},
+            'specfsm: refusing to start: plain: enable_mixed_chunk=True with "plain": '
+            '"zero_tax"',
+        ),
     ],
-    ids=["value", "shape", "server-args"],
+    ids=["value", "shape", "server-args", "zero-tax"],
 )
 def test_refusal_is_one_stderr_line(
     monkeypatch: pytest.MonkeyPatch,
@@ -46,8 +52,8 @@ def test_refusal_is_one_stderr_line(
     args: dict[str, object],
     line: str,
 ) -> None:
-    """A bad value, a goodput shape that is not the server's, an unsupported server: the
-    parent prints exactly one line and raises StartRefused (whose text is that line)."""
+    """A bad value, a goodput shape that is not the server's, an unsupported server, a server
+    zero-tax PLAIN cannot serve (mixed chunks): the parent prints exactly one line and raises StartRefused (whose text is that line)."""
     for k in ("SPECFSM_CONFIG", "SPECFSM_CONFIG_JSON", "SPECFSM_POLICY", "SPECFSM_LOG"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
@@ -70,3 +76,11 @@ def test_not_requested_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
     meta = {"spec_verify_ct": 2, "spec_num_correct_drafts": 2, "spec_accept_length": 9.0}
     hooks._after_spec_metrics(None, None, meta, None, 0)
     assert meta["spec_accept_length"] == 9.0
+
+
+def test_warm_plain_serves_what_zero_tax_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zero-tax refusal names its way out: with "plain": "warm" the same server starts."""
+    for k in ("SPECFSM_CONFIG", "SPECFSM_CONFIG_JSON", "SPECFSM_POLICY", "SPECFSM_LOG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SPECFSM_CONFIG_JSON", '{"plain": "warm"}')
+    hooks.launch_check(SimpleNamespace(**{**ARGS, "enable_dp_attention": True}))
