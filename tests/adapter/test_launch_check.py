@@ -39,8 +39,7 @@ ARGS = {
         (
             {"SPECFSM_POLICY": "fixed:speculate=true"},
             {"enable_mixed_chunk": True},
-            'specfsm: refusing to start: plain: enable_mixed_chunk=True with "plain": '
-            '"zero_tax"',
+            'specfsm: refusing to start: plain: enable_mixed_chunk=True with "plain": "zero_tax"',
         ),
     ],
     ids=["value", "shape", "server-args", "zero-tax"],
