@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +55,8 @@ class LagStats:
     catchup_s: float = 0.0
     peak_lag: int = 0
     draft_forwards: int = 0
-    #: per catch-up: (rows, tokens, seconds)
-    history: list[tuple[int, int, float]] = field(default_factory=list)
+    #: the newest catch-ups: (rows, tokens, seconds), bounded
+    history: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=256))
 
 
 class LagBuffer:
