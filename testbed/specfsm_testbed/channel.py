@@ -201,7 +201,7 @@ class TestChannel(ControllerObserver):
                 "peak_lag": st.peak_lag,
                 "catchup_s": st.catchup_s,
                 # per catch-up (rows, tokens, seconds), the newest 64 (benchmarks/plain_tax.py)
-                "catchup_history": [list(h) for h in st.history[-64:]],
+                "catchup_history": [list(h) for h in list(st.history)[-64:]],
             }
         path = os.path.join(self.test_dir, f"counters-rank{ctl.rank}.json")
         tmp = path + ".tmp"
