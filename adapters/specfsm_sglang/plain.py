@@ -36,10 +36,9 @@ from typing import Any
 
 import torch
 
-#: Catch-up policies for a request whose lag passed its buffer: "cold" catches up the newest
-#: ``lag_tokens`` positions (the older draft KV stays stale: lower acceptance for a while,
-#: counted); "recompute" is not implemented yet (refused by the config).
-OVERFLOW_POLICIES = ("cold",)
+#: A request whose lag passed its ring is caught up over its newest ``lag_tokens`` positions;
+#: its older draft KV stays stale (lower acceptance for a while), counted as ``overflow_rows``.
+#: Recomputing the older hidden states from the target instead is not implemented.
 
 
 @dataclass
