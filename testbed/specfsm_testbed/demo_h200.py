@@ -4,10 +4,12 @@ The CPU test bed proves correctness; it cannot show the GPU's speed shape (SGLan
 speculation path is host-bound: the demo measures and says so). This part prints what was
 measured inside SGLang 0.5.17 on one H200 (``specfsm/data/measured/h200_agree_sweep.csv``,
 copied from ``benchmarks/gpu/results/2026-11-30_specfsm``): decode tokens/s at fixed concurrency
-without speculation, always speculating, and in PLAIN as shipped (SGLang's steps=0 state), for
+without speculation, always speculating, and in warm PLAIN (SGLang's steps=0 state), for
 a draft that agrees with the target on every token and one that agrees on ~0.66 of them; and
-what a PLAIN that costs one decode step would give (the better of the two static choices at each
-level: an upper bound for the zero-tax PLAIN, which is not built yet). Optionally a PNG.
+what a PLAIN that costs one decode step gives (the better of the two static choices at each
+level). Zero-tax PLAIN, the default since 2026-11-30, measured 1.001-1.013x a decode step on
+the same H200 (benchmarks/gpu/results/2026-11-30_zero_tax); this sweep was measured before it,
+with warm PLAIN. Optionally a PNG.
 """
 
 from __future__ import annotations
@@ -60,10 +62,12 @@ def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
         "\nWhat switching buys on a GPU: measured on one NVIDIA H200 inside SGLang 0.5.17\n"
         "(Llama-3.1-8B shape, bf16, CUDA graphs, 1024-token prompts; decode tokens/s of c\n"
         "requests decoding together; EAGLE chain of 3 whose weights agree with the target by\n"
-        "construction). Not measured on this machine. 'plain' is specfsm's PLAIN as shipped\n"
-        "(SGLang's steps=0 state: a 1-token verify + a 1-token draft-extend per step);\n"
+        "construction). Not measured on this machine. 'plain' is warm PLAIN (SGLang's steps=0\n"
+        "state: a 1-token verify + a 1-token draft-extend per step), measured in this sweep;\n"
         "'zero-tax bound' is the better static choice per level, what a PLAIN costing one\n"
-        "decode step would reach.\n\n"
+        "decode step reaches: zero-tax PLAIN (the default) measured 1.001-1.013x a decode step\n"
+        "on this H200 later (benchmarks/gpu/results/2026-11-30_zero_tax; this sweep was not\n"
+        "re-run with it).\n\n"
     )
     out.write(
         f"{'draft':<6} {'c':>4} {'accept':>6} {'no spec':>8} {'always':>8} {'plain':>8} "
@@ -80,10 +84,9 @@ def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
     cross = next((lv.c for lv in mid if lv.nospec > lv.always_spec), None)
     out.write(
         "\nReading it: with every draft token accepted, speculating wins at every level; at 0.66\n"
-        f"per-token agreement it stops paying from c {cross} on. PLAIN as shipped runs at about\n"
-        "half the speed of no speculation, so today switching to it never pays and the tuned\n"
-        "policy stays in SPECULATING (`specfsm tune`: 'speculation always wins'). The switch pays\n"
-        "once PLAIN costs a decode step: then each level gets the 'zero-tax bound'.\n"
+        f"per-token agreement it stops paying from c {cross} on. Warm PLAIN runs at about half\n"
+        "the speed of no speculation, so switching to it never paid; zero-tax PLAIN costs a\n"
+        "decode step (+1%), so with it each level gets about the 'zero-tax bound'.\n"
     )
     out.flush()
 
@@ -106,7 +109,7 @@ def plot(levels: list[Level], path: str, out: TextIO = sys.stdout) -> bool:
         cs = [x.c for x in lv]
         ax.plot(cs, [x.nospec for x in lv], "o-", label="no speculation")
         ax.plot(cs, [x.always_spec for x in lv], "s-", label="always speculate")
-        ax.plot(cs, [x.warm_plain for x in lv], "v--", label="PLAIN as shipped (warm)")
+        ax.plot(cs, [x.warm_plain for x in lv], "v--", label="warm PLAIN (SGLang steps=0)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         acc = sum(x.accept_length for x in lv) / len(lv)
