@@ -24,17 +24,26 @@ from specfsm.cli.args import (
     require_extra,
 )
 from specfsm.cli.main import add_command
+from specfsm.cli.tune import plain_variant
 from specfsm.model.acceptance import (
     NAMED_SHAPES,
 )
 from specfsm.model.costs import (
+    PLAIN_VARIANTS,
+    PLAIN_ZERO_TAX,
     SHARED_REF,
 )
 from specfsm.sim.engine import run
-from specfsm.sim.peers import POLICY_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup
+from specfsm.sim.peers import (
+    POLICY_NAMES,
+    SPECFSM_NAMES_BY_PLAIN,
+    WARM_NAME,
+    ZERO_TAX_NAME,
+    lineup,
+)
 from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
 from specfsm.sim.traces import Load, fixed_concurrency, named_traces, poisson
-from specfsm.sim.tune import cost_model
+from specfsm.sim.tune import cost_model, plain_priced
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,6 +92,16 @@ def _parser() -> ArgParser:
         default="",
         help=f"comma list of names (default: all): {', '.join(POLICY_NAMES)}",
     )
+    ap.add_argument(
+        "--plain",
+        type=plain_variant,
+        choices=list(PLAIN_VARIANTS),
+        default=PLAIN_ZERO_TAX,
+        help="the PLAIN implementation of the specfsm controllers in the default line-up: "
+        f"zero_tax (the SGLang adapter's default: {', '.join(SPECFSM_NAMES_BY_PLAIN['zero_tax'])})"
+        f" or warm ({', '.join(SPECFSM_NAMES_BY_PLAIN['warm'])}); default zero_tax. "
+        "--policies names any controller whatever --plain says",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out")
     ap.add_argument("--no-progress", action="store_true")
@@ -114,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     score = cost_model(
         "--table" if a.table else "--fit-table", a.table or a.fit_table, a.shape, a.ctx
     )
+    a.plain_priced = [f"scored: {plain_priced(score, a.plain)}", *score.estimates(a.plain)]
     levels: list[int] = a.levels
     loads = _loads(a)
     try:
@@ -123,14 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     if (a.table or a.fit_table) == a.fit_table:
         print("warning: scored on the table the policies were fitted on", file=sys.stderr)
     names = a.policies or None
-    n_pol = len(lineup(fit, a.shape, a.alpha, names=names))
+    print(f"specfsm PLAIN: {a.plain} ({', '.join(a.plain_priced)})", file=sys.stderr)
+    n_pol = len(lineup(fit, a.shape, a.alpha, names=names, plain=a.plain))
     prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
     all_rows: list[dict[str, object]] = []
     tput: dict[str, list[float]] = {}
     for load, iters, warm in loads:
         rows = []
         timelines = []
-        for ctl in lineup(fit, a.shape, a.alpha, names=names):
+        for ctl in lineup(fit, a.shape, a.alpha, names=names, plain=a.plain):
             r = run(
                 ctl,
                 load,

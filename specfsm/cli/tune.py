@@ -22,12 +22,28 @@ from specfsm.model.acceptance import (
     alpha_from_accept_length,
 )
 from specfsm.model.costs import (
+    PLAIN_VARIANTS,
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
     SHARED_REF,
+    check_plain_variant,
     packaged_tables,
 )
-from specfsm.sim.tune import accept_from_log, check_accept_len, cost_model, recommend
+from specfsm.sim.tune import (
+    accept_from_log,
+    check_accept_len,
+    cost_model,
+    plain_priced,
+    recommend,
+)
+
+
+def plain_variant(text: str) -> str:
+    """--plain's value, normalized ("zero-tax" -> "zero_tax"); argparse's choices refuse others."""
+    try:
+        return check_plain_variant(text)
+    except ValueError:
+        return text
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--log", help="specfsm JSON-lines log with accept_lens fields")
     ap.add_argument(
         "--plain",
-        choices=[PLAIN_WARM, PLAIN_ZERO_TAX],
-        default=PLAIN_WARM,
-        help="what specfsm's PLAIN costs: warm (the SGLang adapter as shipped: 1-token "
-        "draft-extend every step) or zero-tax (the design target); default warm",
+        type=plain_variant,
+        choices=list(PLAIN_VARIANTS),
+        default=PLAIN_ZERO_TAX,
+        help="the PLAIN implementation the server runs (the SGLang adapter's config key "
+        "plain): zero_tax (its default: one target decode forward per step, the draft caught "
+        "up in RESYNCING) or warm (SGLang's steps=0: a 1-token verify + 1-token draft-extend "
+        "every step); default zero_tax",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     a = ap.parse_args(argv)
@@ -72,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = recommend(cost, acc, plain=a.plain)
     other = PLAIN_ZERO_TAX if a.plain == PLAIN_WARM else PLAIN_WARM
     x_other = cost.crossover_bs(acc, 1024, other)
+    estimates = cost.estimates(a.plain)
     out = {
         "table": cost.table.source,
         "ctx": cost.ctx,
@@ -79,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         "accept_len": round(acc, 4),
         "alpha_equiv": round(alpha_from_accept_length(acc, a.shape), 4),
         "plain": a.plain,
+        "plain_priced": plain_priced(cost, a.plain),
+        "estimates": estimates,
         "crossover_bs": rec.crossover_bs,
-        f"crossover_bs_{other.replace('-', '_')}": x_other,
+        f"crossover_bs_{other}": x_other,
         "threshold_policy": {
             "high": rec.threshold_high,
             "low": rec.threshold_low,
@@ -103,13 +125,17 @@ def main(argv: list[str] | None = None) -> int:
         f"table {out['table']} ctx={cost.ctx} shape={out['shape']} accept_len={acc:.3f} "
         f"(alpha~{out['alpha_equiv']})"
     )
+    print(f"PLAIN: {a.plain} ({out['plain_priced']})")
+    for line in estimates:
+        print(f"estimate: {line}")
     print(
-        f"{'bs':>5} {'plain tok/s':>12} {'warm tok/s':>11} {'spec tok/s':>12} "
-        f"{'spec/plain':>10} {'spec/warm':>9}"
+        f"{'bs':>5} {'decode tok/s':>12} {'zero_tax tok/s':>14} {'warm tok/s':>11} "
+        f"{'spec tok/s':>11} {'spec/zero_tax':>13} {'spec/warm':>9}"
     )
     for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-        p, w, s = cost.plain_tps(bs), cost.off_tps(bs, PLAIN_WARM), cost.spec_tps(bs, acc)
-        print(f"{bs:>5} {p:>12.0f} {w:>11.0f} {s:>12.0f} {s / p:>10.2f} {s / w:>9.2f}")
+        p, z = cost.plain_tps(bs), cost.off_tps(bs, PLAIN_ZERO_TAX)
+        w, s = cost.off_tps(bs, PLAIN_WARM), cost.spec_tps(bs, acc)
+        print(f"{bs:>5} {p:>12.0f} {z:>14.0f} {w:>11.0f} {s:>11.0f} {s / z:>13.2f} {s / w:>9.2f}")
 
     def _x(v: int | None) -> str:
         return str(v) if v is not None else "> 1024 (speculation always wins)"
@@ -118,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"crossover bs ({other} PLAIN): {_x(x_other)}")
     print(
         f"ThresholdPolicy(high={rec.threshold_high}, low={rec.threshold_low}, "
-        f"debounce={rec.debounce}, min_dwell={rec.min_dwell})"
+        f"debounce={rec.debounce}, min_dwell={rec.min_dwell})  # for {a.plain} PLAIN"
     )
     print(
         f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32, "

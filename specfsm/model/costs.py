@@ -28,15 +28,27 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
   target verify (~ target(bs, 1)) + a K=1 draft-extend(bs, 1). 1 token. `warm_ms` (alias
   `steps0_ms`). The estimate was 1.06-1.16x a decode step on the in-engine H200 table; the
   measured step is 2.0-2.3x (benchmarks/gpu/results/2026-11-30_specfsm).
-* zero-tax plain (the design target of the follow-up issue): target(bs, 1) only; the tokens
-  decoded meanwhile are the draft's lag.
+* zero-tax plain (the SGLang adapter's default, config ``plain: "zero_tax"``: one target decode
+  forward, no draft work; the tokens decoded meanwhile are the draft's lag): `zero_tax_ms`.
+  Where the table holds ``plain_zero_tax_step`` rows (q=1), decode(bs) x their ratio to the
+  table's own decode row at the same bs and context, interpolated in bs and clamped at the
+  measured ends; at a context the rows lack, the nearest measured context's ratio. The ratio,
+  not the milliseconds, is what carries: the H200 rows come from an end-to-end overlap-on run
+  (1.001-1.013x the no-spec decode step measured beside it,
+  benchmarks/gpu/results/2026-11-30_zero_tax/specfsm_summary.txt) while the table's decode rows
+  were timed synchronized with overlap off, so the CSV stores that table's decode x the measured
+  ratio. A table without the rows prices it at decode x 1.0, flagged as an estimate
+  (`zero_tax_measured`, `estimates`).
 * DRAINING (`drain_ms`): one speculative iteration of the in-flight batch. The simulator
   charges the adapter's DRAINING forward as a warm step instead (the adapter attaches the
   1-wide state on entry to DRAINING); this method is kept for analytic estimates.
-* RESYNCING, zero-tax: one plain step + a batched draft-extend over the lag tokens (tokens
-  decoded while PLAIN, incl. this step's), i.e. draft(bs, q = lag_tokens / bs), extrapolated
-  linearly in q. The target hidden states for the lag positions are assumed kept from the
-  plain forwards. RESYNCING, warm: one warm step (the draft never fell behind).
+* RESYNCING, zero-tax (`resync_ms`): one zero-tax PLAIN step + the catch-up, a batched
+  draft-extend over the lag tokens (tokens decoded while PLAIN, incl. this step's), i.e.
+  extend(bs, q = lag_tokens / bs), extrapolated linearly in q, in one iteration. The catch-up
+  was not timed on the GPU: it is an ESTIMATE from the table's draft-extend rows (draft rows
+  where the table has no separate extend model). The target hidden states for the lag positions
+  are kept by the adapter's lag buffer. RESYNCING, warm: one warm step (the draft never fell
+  behind).
 * prefill of n prompt tokens: n x the cheapest per-token cost in the table (target and draft at
   the largest bs x q), a stated approximation: the tables hold no prefill shapes.
 
@@ -59,22 +71,31 @@ DRAFT_MODEL = "eagle3_draft8b"
 EXTEND_MODEL = "eagle3_draft_extend8b"
 #: The whole warm PLAIN step measured inside the engine (q=1); see `CostModel.warm_ms`.
 PLAIN_WARM_MODEL = "plain_warm_step"
+#: The zero-tax PLAIN step measured inside the engine (q=1), stored as the table's decode row x the
+#: measured zero-tax/decode ratio; see `CostModel.zero_tax_ms`.
+PLAIN_ZERO_TAX_MODEL = "plain_zero_tax_step"
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
 
-#: What PLAIN costs. "warm": the draft is kept warm by a 1-token draft-extend every step (what
-#: the SGLang adapter ships; SGLang's own steps=0). "zero-tax": plain decode only, the draft
-#: catches up at RESYNCING (the follow-up issue's design target).
+#: What PLAIN costs, named as the SGLang adapter's config names its implementations.
+#: "zero_tax" (the adapter's default): one target decode forward per step, no draft work; the
+#: draft catches up in RESYNCING. "warm" (config ``plain: "warm"``, SGLang's own steps=0): the
+#: draft is kept warm by a 1-token verify + 1-token draft-extend every step.
 PLAIN_WARM = "warm"
-PLAIN_ZERO_TAX = "zero-tax"
-PLAIN_VARIANTS = (PLAIN_WARM, PLAIN_ZERO_TAX)
+PLAIN_ZERO_TAX = "zero_tax"
+PLAIN_VARIANTS = (PLAIN_ZERO_TAX, PLAIN_WARM)
+#: Older spellings still accepted (and normalized): "zero-tax".
+_PLAIN_ALIASES = {"zero-tax": PLAIN_ZERO_TAX}
 
 
 def check_plain_variant(plain: str) -> str:
-    if plain not in PLAIN_VARIANTS:
+    """The canonical name of a PLAIN implementation ("zero_tax" or "warm"; "zero-tax" is
+    accepted for "zero_tax"); ValueError for anything else."""
+    canon = _PLAIN_ALIASES.get(plain, plain) if isinstance(plain, str) else plain
+    if canon not in PLAIN_VARIANTS:
         raise ValueError(f"plain must be one of {PLAIN_VARIANTS}, got {plain!r}")
-    return plain
+    return canon
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
@@ -317,6 +338,7 @@ class CostModel:
         self._memo: dict[tuple[str, float, float], float] = {}
         self._near: dict[int, CostModel] = {}  # at_ctx_bucket's models, by bucketed ctx
         self.plain_warm_measured = PLAIN_WARM_MODEL in table.models
+        self.zero_tax_measured = PLAIN_ZERO_TAX_MODEL in table.models
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
 
@@ -384,7 +406,7 @@ class CostModel:
 
     # ---------------------------------------------------------------- iterations
     def plain_ms(self, bs: float) -> float:
-        """One plain decode step."""
+        """One plain decode step (a server without speculation; zero-tax PLAIN: `zero_tax_ms`)."""
         return self.target_ms(bs, 1)
 
     def spec_ms(self, bs: float, shape: DraftShape | None = None) -> float:
@@ -424,11 +446,68 @@ class CostModel:
         """SGLang adaptive at steps=0 (= `warm_ms`)."""
         return self.warm_ms(bs)
 
+    def zero_tax_ratio(self, bs: float) -> float:
+        """Zero-tax PLAIN step / decode step at batch size bs: from the ``plain_zero_tax_step``
+        rows (each divided by the table's decode row at its bs and context; the context nearest
+        this model's), linear in bs between the measured batch sizes and clamped outside them;
+        1.0 (an estimate) when the table has no such rows."""
+        if not self.zero_tax_measured:
+            return 1.0
+        key = ("zero-tax-ratio", float(bs), 1.0)
+        ratio = self._memo.get(key)
+        if ratio is None:
+            near = _nearest(self.table.contexts(PLAIN_ZERO_TAX_MODEL), self.ctx)
+            bss = [float(b) for b in self.table.batch_sizes(PLAIN_ZERO_TAX_MODEL)]
+            ratios = [
+                self.table.ms(PLAIN_ZERO_TAX_MODEL, b, 1, near)
+                / self.table.ms(self.target, b, 1, near)
+                for b in bss
+            ]
+            x = min(max(float(bs), bss[0]), bss[-1])  # clamped: no extrapolation of a ratio
+            ratio = _interp(bss, ratios, x)
+            if len(self._memo) < 65536:
+                self._memo[key] = ratio
+        return ratio
+
+    def zero_tax_ms(self, bs: float) -> float:
+        """Zero-tax PLAIN step (one target decode forward, no draft work): decode(bs) x
+        `zero_tax_ratio` (see the module docstring)."""
+        if bs <= 0:
+            return 0.0
+        return self.plain_ms(bs) * self.zero_tax_ratio(bs)
+
     def off_ms(self, bs: float, plain: str = PLAIN_ZERO_TAX) -> float:
-        """One non-speculative step of the given PLAIN variant ("warm" or "zero-tax")."""
+        """One PLAIN step of the given implementation: "zero_tax" (`zero_tax_ms`, the default)
+        or "warm" (`warm_ms`)."""
         if check_plain_variant(plain) == PLAIN_WARM:
             return self.warm_ms(bs)
-        return self.plain_ms(bs)
+        return self.zero_tax_ms(bs)
+
+    def estimates(self, plain: str = PLAIN_ZERO_TAX) -> list[str]:
+        """One line per cost this model prices for PLAIN `plain` (and its RESYNCING) that is an
+        estimate, not a measured row of the table (what `specfsm tune` prints)."""
+        src = self.table.source or "the table"
+        if check_plain_variant(plain) == PLAIN_WARM:
+            if self.plain_warm_measured:
+                return []
+            return [
+                f"warm PLAIN: {src} has no {PLAIN_WARM_MODEL} rows; estimated from its parts "
+                "(decode + a 1-token draft-extend), which understated the H200's measured step "
+                "~2x"
+            ]
+        out = []
+        if not self.zero_tax_measured:
+            out.append(
+                f"zero_tax PLAIN: {src} has no {PLAIN_ZERO_TAX_MODEL} rows; priced as the "
+                "decode step x 1.0 (an estimate; measured on the H200: 1.001-1.013x)"
+            )
+        which = "draft-extend" if self.extend != self.draft else "draft"
+        out.append(
+            "RESYNCING catch-up: an estimate, not a GPU measurement: one batched "
+            f"draft-extend over the lag tokens priced from the table's {which} rows "
+            f"({self.extend}, linear in q past the measured q)"
+        )
+        return out
 
     def drain_ms(self, bs: float) -> float:
         """DRAINING: the in-flight speculative batch completes (one speculative iteration)."""
@@ -440,9 +519,13 @@ class CostModel:
             return 0.0
         return self.extend_ms(bs, lag_tokens / bs)
 
-    def resync_ms(self, bs: float, lag_tokens: float) -> float:
-        """RESYNCING: one plain step plus the catch-up draft-extend over the lag tokens."""
-        return self.plain_ms(bs) + self.catchup_ms(bs, lag_tokens)
+    def resync_ms(self, bs: float, lag_tokens: float, plain: str = PLAIN_ZERO_TAX) -> float:
+        """One RESYNCING iteration. Zero-tax: one zero-tax PLAIN step plus the catch-up
+        draft-extend over `lag_tokens` in total (estimated, `catchup_ms`). Warm: one warm step
+        (the draft never fell behind: `lag_tokens` is ignored)."""
+        if check_plain_variant(plain) == PLAIN_WARM:
+            return self.warm_ms(bs)
+        return self.zero_tax_ms(bs) + self.catchup_ms(bs, lag_tokens)
 
     def prefill_ms(self, tokens: float, with_draft: bool = True) -> float:
         """Prompt prefill (approximation: the table's cheapest per-token cost)."""
@@ -477,8 +560,9 @@ class CostModel:
     ) -> int | None:
         """Smallest integer bs at which not speculating is at least as fast as speculating.
 
-        `plain` picks what "not speculating" costs: "zero-tax" (plain decode) or "warm" (plain
-        decode + a 1-token draft-extend, as SGLang steps=0 / vLLM K=0 / specfsm-warm pay).
+        `plain` picks what "not speculating" costs: "zero_tax" (`zero_tax_ms`, ~ a decode step)
+        or "warm" (`warm_ms`: a 1-token verify + 1-token draft-extend, as SGLang steps=0 / vLLM
+        K=0 / specfsm's warm PLAIN pay).
         None when speculation wins at every bs up to max_bs; 1 when it never wins.
         """
         for bs in range(1, max_bs + 1):

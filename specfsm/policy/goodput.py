@@ -20,13 +20,16 @@ relaxation. It moves toward the mode whose predicted goodput is higher by more t
 (relative hysteresis), after `debounce` consecutive iterations agreeing and at least `min_dwell`
 iterations in the current mode.
 
-`plain` says what the engine's PLAIN costs: "warm" (default; what the SGLang adapter ships:
-every PLAIN step is SGLang's steps=0 forward, a 1-token verify plus a 1-token draft-extend,
-and RESYNCING is one such forward, so there is no catch-up to pay for) or "zero-tax" (a plain
-decode; the follow-up issue's design target). With "zero-tax", leaving PLAIN additionally
-requires that the time saved over `horizon` iterations pays for the RESYNCING catch-up (a
-draft-extend over the lag tokens, estimated as bs x iterations in PLAIN, at most `lag_cap` per
-request since requests turn over).
+`plain` says which PLAIN implementation the engine runs, as the SGLang adapter's config names
+it: "zero_tax" (default, the adapter's default too: one target decode forward per step, priced
+by `CostModel.zero_tax_ms` from the measured rows, ~1.01x a decode step on the H200) or "warm"
+(config ``plain: "warm"``: SGLang's steps=0 forward, a 1-token verify plus a 1-token
+draft-extend, `CostModel.warm_ms`, ~2x a decode step; RESYNCING is one such forward, so there is
+no catch-up to pay for). "zero-tax" is accepted for "zero_tax". With "zero_tax", leaving PLAIN
+additionally requires that the time saved over `horizon` iterations pays for the RESYNCING
+catch-up (a batched draft-extend over the lag tokens, an estimate from the table's draft-extend
+rows; the lag is bs x iterations in PLAIN, at most `lag_cap` per request: requests turn over,
+and the adapter catches up at most its `lag_tokens`, 128 by default, per request).
 
 With a table that measures several context lengths (e.g. ``"h200_sglang0517_llama8b+
 h200_sglang0517_llama8b_ctx4096"``) both goodputs are priced at the iteration's `mean_ctx`
@@ -50,7 +53,15 @@ from typing import Any
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.model.acceptance import parse_shape
-from specfsm.model.costs import PLAIN_VARIANTS, PLAIN_WARM, SHARED_REF, CostModel, load_table
+from specfsm.model.costs import (
+    PLAIN_VARIANTS,
+    PLAIN_WARM,
+    PLAIN_ZERO_TAX,
+    SHARED_REF,
+    CostModel,
+    check_plain_variant,
+    load_table,
+)
 from specfsm.policy.base import Hysteresis
 
 
@@ -67,13 +78,17 @@ class GoodputPolicy(Hysteresis):
         debounce: int = 4,
         min_dwell: int = 32,
         horizon: int = 64,
-        lag_cap: int = 256,
+        lag_cap: int = 128,
         relax_half_life: int = 512,
         ctx_bucket: int = 256,
-        plain: str = PLAIN_WARM,
+        plain: str = PLAIN_ZERO_TAX,
     ) -> None:
-        if plain not in PLAIN_VARIANTS:
-            raise ValueError(f"GoodputPolicy: plain must be one of {PLAIN_VARIANTS}: {plain!r}")
+        try:
+            plain = check_plain_variant(plain)
+        except ValueError:
+            raise ValueError(
+                f"GoodputPolicy: plain must be one of {PLAIN_VARIANTS}: {plain!r}"
+            ) from None
         if accept_len < 1.0:
             raise ValueError(f"GoodputPolicy: accept_len (incl. bonus) must be >= 1: {accept_len}")
         if not 0.0 < ema_alpha <= 1.0:
@@ -237,9 +252,9 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     mean KV length and uses ``ctx`` only when that is unknown), ``accept_len`` (required: mean
     tokens per verify incl. the bonus, >= 1), and GoodputPolicy's keyword parameters
     ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``, ``horizon``, ``lag_cap``,
-    ``relax_half_life``, ``ctx_bucket``, ``plain`` ("warm", the default and what the adapter
-    ships, or "zero-tax"). Raises ValueError with the reason on anything missing, unknown or
-    invalid.
+    ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the default and the adapter's
+    default PLAIN, or "warm": it must name the PLAIN the server runs). Raises ValueError with
+    the reason on anything missing, unknown or invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
@@ -269,6 +284,7 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
         cost = CostModel(table, shape, ctx=ctx)
         cost.spec_ms(1)
         cost.warm_ms(1)
+        cost.zero_tax_ms(1)
     except (OSError, KeyError, ValueError) as exc:
         raise ValueError(f"goodput policy: cannot use table {table_name!r}: {exc}") from exc
     kwargs = {k: _number(k, args[k], kind) for k, kind in _KEYWORDS.items() if k in args}

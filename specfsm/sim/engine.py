@@ -8,10 +8,13 @@ One *run* serves one load trace with one controller. Each iteration:
    and decodes from the next one. Prefill cost: `CostModel.prefill_ms` (target + draft for
    controllers that have a draft).
 2. the controller picks what this iteration runs, at decode batch size bs:
-   SPEC (a speculative iteration of some draft shape), PLAIN (plain decode, draft cold),
-   WARM (plain decode + a K=1 draft-extend that keeps the draft warm: SGLang steps=0,
-   vLLM K=0, specfsm's PLAIN as the SGLang adapter ships it), RESYNC (plain decode + a
-   batched draft-extend over every request's lag tokens).
+   SPEC (a speculative iteration of some draft shape), PLAIN (plain decode, draft cold: a
+   server without a draft, TensorRT-LLM's off mode), ZERO_TAX (specfsm's zero-tax PLAIN step,
+   `CostModel.zero_tax_ms`: the measured ~1.01x a decode step; draft cold), WARM (a 1-token
+   verify + a 1-token draft-extend that keeps the draft warm: SGLang steps=0, vLLM K=0,
+   specfsm's warm PLAIN), RESYNC (a zero-tax PLAIN step + a batched draft-extend over every
+   request's lag tokens, `CostModel.resync_ms`; the catch-up is an estimate from the table's
+   draft-extend rows, not a measurement).
 3. cost from the *scoring* CostModel, tokens: SPEC commits 1 + n per request with n sampled
    from the acceptance model (per-depth Bernoulli, `specfsm.acceptance`); others commit 1.
 
@@ -41,6 +44,7 @@ from specfsm.sim.peers import (
     PLAIN,
     SPEC,
     WARM,
+    ZERO_TAX,
     Controller,
     FSMController,
     Plan,
@@ -286,11 +290,14 @@ class _Decode:
         if kind == PLAIN:
             reqs.lag[dec] += 1
             return cost.plain_ms(bs), 1, bs
+        if kind == ZERO_TAX:
+            reqs.lag[dec] += 1
+            return cost.zero_tax_ms(bs), 1, bs
         if kind == WARM:
             if isinstance(ctl, SGLangAdaptiveController):
                 ctl.feed_steps0(bs)
             return cost.steps0_ms(bs), 1, bs
-        # RESYNC: plain decode + a batched draft-extend over every request's lag
+        # RESYNC: a zero-tax PLAIN step + a batched draft-extend over every request's lag
         lag_total = int(reqs.lag[dec].sum()) + bs
         reqs.lag[dec] = 0
         return cost.resync_ms(bs, lag_total), 1, bs
@@ -427,7 +434,7 @@ def run(
         mean_ctx = reqs.mean_ctx(bs)
         plan = controller.plan(it, bs, len(new), accept_lens if is_fsm else (), mean_ctx)
         # prefill: through the draft too unless this PLAIN iteration leaves it cold (lazy)
-        with_draft = controller.has_draft and not (lazy and plan.kind == PLAIN)
+        with_draft = controller.has_draft and not (lazy and plan.kind in (PLAIN, ZERO_TAX))
         prefill_tokens = int(prompts.sum()) if new else 0
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
         if new and not with_draft and controller.has_draft:

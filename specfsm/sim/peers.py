@@ -5,16 +5,19 @@ peers (SGLang adaptive, vLLM's batch-size table, TensorRT-LLM's max concurrency,
 real `SpecFSM`, the simulator playing the engine's completion events), in one of two PLAIN
 variants:
 
-* ``plain="warm"`` (what the SGLang adapter ships, adapters/specfsm_sglang/actions.py):
-  DRAINING, PLAIN and RESYNCING all run the 1-wide steps=0 runtime state, i.e. a WARM
-  iteration (K=1 verify + 1-token draft-extend); DRAINING lasts one forward then DRAINED;
-  RESYNCING lasts one forward (`resync_forwards` = 1) then RESYNCED. New requests are
-  prefilled through the draft too (the draft must stay warm).
-* ``plain="zero-tax"`` (the follow-up issue's design target): DRAINING is one WARM forward as
-  above; PLAIN is a plain decode (no draft work; the draft's lag grows); RESYNCING is one
-  RESYNC iteration (plain + batched catch-up draft-extend over the lag). With
-  ``lazy_draft_prefill`` requests admitted while PLAIN are prefilled by the target only and
-  their prompt joins the lag.
+* ``plain="zero_tax"`` (the SGLang adapter's default, config ``plain: "zero_tax"``,
+  adapters/specfsm_sglang/plain.py): DRAINING is one WARM forward (the adapter attaches the
+  1-wide state on entry to DRAINING); PLAIN is a ZERO_TAX iteration (one target decode
+  forward, priced by `CostModel.zero_tax_ms` from the measured rows; no draft work, the draft's
+  lag grows); RESYNCING is one RESYNC iteration (a zero-tax step + the batched catch-up
+  draft-extend over the lag, an estimate from the table's draft-extend rows). New requests are
+  prefilled through the draft as the adapter does; with ``lazy_draft_prefill`` (not in the
+  adapter) requests admitted while PLAIN are prefilled by the target only and their prompt
+  joins the lag.
+* ``plain="warm"`` (config ``plain: "warm"``, SGLang's steps=0 state): DRAINING, PLAIN and
+  RESYNCING all run a WARM iteration (K=1 verify + 1-token draft-extend, `CostModel.warm_ms`);
+  DRAINING lasts one forward then DRAINED; RESYNCING lasts one forward (`resync_forwards` = 1)
+  then RESYNCED. New requests are prefilled through the draft too.
 
 `SGLangAdaptiveController` (0.5.23 `adaptive_spec_params.py` ported: per-BS slots after CUDA
 graph padding, EMA 0.2, warmup 10, interval 5, hysteresis, steps=0 probing, steps=0 pays a
@@ -52,8 +55,10 @@ from specfsm.model.costs import (
 from specfsm.policy.goodput import GoodputPolicy
 from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, recommend, sglang_spec_cuda_graph_bs
 
-# Iteration kinds.
-SPEC, PLAIN, WARM, RESYNC = "spec", "plain", "warm", "resync"
+# Iteration kinds (priced in `specfsm.sim.engine`): a speculative iteration, a plain decode
+# (no draft: no-spec, TensorRT-LLM's off mode), specfsm's zero-tax PLAIN step, a warm step
+# (SGLang steps=0 / vLLM K=0 / specfsm's warm PLAIN), a zero-tax step + the catch-up.
+SPEC, PLAIN, ZERO_TAX, WARM, RESYNC = "spec", "plain", "zero_tax", "warm", "resync"
 
 
 # ------------------------------------------------------------------------------ controllers
@@ -119,8 +124,8 @@ def make_machine(policy: Policy) -> SpecFSM:
 class FSMController(Controller):
     """A specfsm Policy driven through the FSM; the simulator plays the engine.
 
-    `plain`: "warm" (the SGLang adapter as shipped) or "zero-tax" (the design target); see the
-    module docstring. `lazy_draft_prefill` only applies to "zero-tax".
+    `plain`: "zero_tax" (the SGLang adapter's default) or "warm"; see the module docstring.
+    `lazy_draft_prefill` only applies to "zero_tax".
     """
 
     def __init__(
@@ -129,20 +134,20 @@ class FSMController(Controller):
         policy: Policy,
         shape: DraftShape,
         *,
-        plain: str = PLAIN_WARM,
+        plain: str = PLAIN_ZERO_TAX,
         lazy_draft_prefill: bool = False,
     ) -> None:
         self.name = name
         self.policy = policy
         self.shape = shape
         self.plain = check_plain_variant(plain)
-        if lazy_draft_prefill and plain == PLAIN_WARM:
-            raise ValueError("lazy_draft_prefill needs plain='zero-tax' (a warm draft needs KV)")
+        if lazy_draft_prefill and self.plain == PLAIN_WARM:
+            raise ValueError("lazy_draft_prefill needs plain='zero_tax' (a warm draft needs KV)")
         self.lazy_draft_prefill = lazy_draft_prefill
         self.machine = make_machine(policy)
         self.machine_name = "specfsm.fsm.machine.SpecFSM"
         warm = self.plain == PLAIN_WARM
-        self._plain_plan = Plan(WARM if warm else PLAIN, Mode.PLAIN)
+        self._plain_plan = Plan(WARM if warm else ZERO_TAX, Mode.PLAIN)
         self._resync_plan = Plan(WARM if warm else RESYNC, Mode.RESYNCING)
 
     def plan(
@@ -346,7 +351,8 @@ class BatchTableController(Controller):
 
 class MaxConcurrencyController(Controller):
     """TensorRT-LLM max_concurrency: spec iff active requests <= max_concurrency, no
-    hysteresis; off is a true plain decode; turning on pays a catch-up (RESYNC) iteration."""
+    hysteresis; off is a true plain decode; turning on pays a catch-up (RESYNC) iteration,
+    priced as specfsm's zero-tax RESYNCING."""
 
     def __init__(
         self, max_concurrency: int, shape: DraftShape, name: str = "trtllm-max-conc"
@@ -379,7 +385,8 @@ def lineup(
     alpha: float,
     *,
     names: Sequence[str] | None = None,
-    zero_tax_lazy_prefill: bool = True,
+    zero_tax_lazy_prefill: bool = False,
+    plain: str | None = None,
 ) -> list[Controller]:
     """Every policy, each with its best static parameters from the FIT cost model.
 
@@ -390,15 +397,23 @@ def lineup(
       still runs the draft at q=1), no hysteresis.
     * trtllm-max-conc: cut-off at the crossover against a plain (zero-tax) off step (off is a
       true plain decode), no hysteresis, catch-up on re-enable.
+    * specfsm-threshold-zero-tax: ThresholdPolicy from the zero-tax crossover, zero-tax PLAIN
+      (what `specfsm tune` recommends for the adapter's default PLAIN).
     * specfsm-threshold-warm: ThresholdPolicy from the warm crossover, warm PLAIN.
-    * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN: what ships.
-    * specfsm-zero-tax: GoodputPolicy(plain="zero-tax") with zero-tax PLAIN (and lazy draft
-      prefill unless `zero_tax_lazy_prefill` is False): the follow-up issue's design target.
+    * specfsm-zero-tax: GoodputPolicy(plain="zero_tax") through the FSM with zero-tax PLAIN,
+      the adapter's default (lazy draft prefill, which the adapter does not do, only with
+      `zero_tax_lazy_prefill`).
+    * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN.
+
+    Which are returned: `names` when given (any of `POLICY_NAMES`); else, with `plain`, the
+    static and peer controllers and specfsm's two in that PLAIN implementation; else (the
+    historical line-up) every one but specfsm-threshold-zero-tax.
     """
     acc = accept_length(alpha, shape)
     fit_s = fit.with_shape(shape)
     rec_w = recommend(fit_s, acc, plain=PLAIN_WARM)
     rec_z = recommend(fit_s, acc, plain=PLAIN_ZERO_TAX)
+    variant = check_plain_variant(plain) if plain is not None else None
     all_: list[Controller] = [
         FixedController(False, shape),
         FixedController(True, shape),
@@ -406,7 +421,14 @@ def lineup(
         BatchTableController(rec_w.threshold_high, shape),
         MaxConcurrencyController(rec_z.threshold_high, shape),
         FSMController(
-            "specfsm-threshold-warm",
+            THRESHOLD_ZERO_TAX_NAME,
+            rec_z.threshold_policy(),
+            shape,
+            plain=PLAIN_ZERO_TAX,
+            lazy_draft_prefill=zero_tax_lazy_prefill,
+        ),
+        FSMController(
+            THRESHOLD_WARM_NAME,
             rec_w.threshold_policy(),
             shape,
             plain=PLAIN_WARM,
@@ -426,15 +448,24 @@ def lineup(
         ),
     ]
     if names:
-        all_ = [c for c in all_ if c.name in names]
-    return all_
+        return [c for c in all_ if c.name in names]
+    if variant is not None:
+        drop = SPECFSM_NAMES_BY_PLAIN[PLAIN_WARM if variant == PLAIN_ZERO_TAX else PLAIN_ZERO_TAX]
+        return [c for c in all_ if c.name not in drop]
+    return [c for c in all_ if c.name != THRESHOLD_ZERO_TAX_NAME]
 
 
-#: specfsm's GoodputPolicy in the PLAIN the SGLang adapter ships (warm) and in the design
-#: target's (zero-tax).
+#: specfsm's GoodputPolicy in each PLAIN implementation of the SGLang adapter: zero-tax (its
+#: default) and warm (SGLang's steps=0); and its ThresholdPolicy in each.
 WARM_NAME = "specfsm-warm"
 ZERO_TAX_NAME = "specfsm-zero-tax"
-SPECFSM_NAMES = ("specfsm-threshold-warm", WARM_NAME, ZERO_TAX_NAME)
+THRESHOLD_WARM_NAME = "specfsm-threshold-warm"
+THRESHOLD_ZERO_TAX_NAME = "specfsm-threshold-zero-tax"
+SPECFSM_NAMES = (THRESHOLD_WARM_NAME, WARM_NAME, ZERO_TAX_NAME, THRESHOLD_ZERO_TAX_NAME)
+SPECFSM_NAMES_BY_PLAIN = {
+    PLAIN_ZERO_TAX: (THRESHOLD_ZERO_TAX_NAME, ZERO_TAX_NAME),
+    PLAIN_WARM: (THRESHOLD_WARM_NAME, WARM_NAME),
+}
 STATIC_NAMES = ("no-spec", "always-spec")
 PEER_NAMES = ("sglang-adaptive", "vllm-bs-table", "trtllm-max-conc")
 

@@ -17,6 +17,7 @@ from specfsm.model.acceptance import (
 from specfsm.model.costs import (
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
+    PLAIN_ZERO_TAX_MODEL,
     CostModel,
     load_table,
 )
@@ -76,11 +77,12 @@ def recommend(
 ) -> Recommendation:
     """Crossover and ThresholdPolicy(high, low) from the cost model.
 
-    `plain` is what not speculating costs: "zero-tax" (a plain decode) or "warm" (plain decode
-    + a 1-token draft-extend: SGLang steps=0, vLLM K=0, specfsm's PLAIN as the SGLang adapter
-    ships it). high = crossover - 1 (the largest bs at which speculation still wins); low = the
-    largest bs at which speculation wins by at least `low_margin` (so resuming is clearly worth
-    it), capped below high. The SGLang-equivalent config always uses the warm crossover (its
+    `plain` is the PLAIN implementation not speculating costs: "zero_tax" (the SGLang adapter's
+    default, `CostModel.zero_tax_ms`, ~ a decode step) or "warm" (`CostModel.warm_ms`: a 1-token
+    verify + a 1-token draft-extend: SGLang steps=0, vLLM K=0, the adapter's ``plain: "warm"``).
+    high = crossover - 1 (the largest bs at which speculation still wins); low = the largest bs
+    at which speculation wins by at least `low_margin` (so resuming is clearly worth it), capped
+    below high. The SGLang-equivalent config always uses the warm crossover (its
     steps=0 is warm).
     """
     x = cost.crossover_bs(accept_len, max_bs, plain)
@@ -103,6 +105,29 @@ def recommend(
         min_dwell,
         sglang_equivalent(cost.shape, high_w),
     )
+
+
+def plain_priced(cost: CostModel, plain: str) -> str:
+    """How `cost` prices PLAIN `plain`, in one line (measured rows or an estimate)."""
+    src = cost.table.source
+    if plain == PLAIN_WARM:
+        if cost.plain_warm_measured:
+            return f"warm PLAIN priced from {src}'s measured plain_warm_step rows"
+        return "warm PLAIN priced as an ESTIMATE from its parts (no plain_warm_step rows)"
+    if cost.zero_tax_measured:
+        r = [cost.zero_tax_ratio(b) for b in (1, 256)]
+        ctxs = cost.table.contexts(PLAIN_ZERO_TAX_MODEL)
+        where = (
+            ""
+            if cost.ctx in ctxs
+            else f"; the ratio measured at ctx {min(ctxs, key=lambda c: abs(c - cost.ctx))} "
+            f"carried to ctx {cost.ctx}"
+        )
+        return (
+            f"zero_tax PLAIN priced from {src}'s measured {PLAIN_ZERO_TAX_MODEL} rows: "
+            f"{r[0]:.3f}x a decode step at bs 1, {r[1]:.3f}x at bs 256{where}"
+        )
+    return "zero_tax PLAIN priced as an ESTIMATE: decode step x 1.0 (no measured rows)"
 
 
 def sglang_equivalent(shape: DraftShape, high: int) -> dict[str, Any]:

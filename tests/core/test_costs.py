@@ -259,3 +259,85 @@ def test_warm_plain_is_priced_from_the_engine_measured_step() -> None:
     ratio = table.ms(PLAIN_WARM_MODEL, 64, 1, 1024) / both.at_ctx(1024).warm_estimate_ms(64)
     assert long.warm_ms(64) == pytest.approx(long.warm_estimate_ms(64) * ratio)
     assert long.off_tps(64, "warm") == pytest.approx(64_000 / long.warm_ms(64))
+
+
+ENGINE = "h200_sglang0517_llama8b"
+ENGINE_4096 = "h200_sglang0517_llama8b_ctx4096"
+
+
+def test_zero_tax_plain_is_priced_from_the_measured_rows() -> None:
+    """The in-engine table's plain_zero_tax_step rows price zero-tax PLAIN (the adapter's
+    default): within 2 % of a decode step and never cheaper at every bs (measured 1.001-1.013x
+    end to end on the H200); at a measured bs exactly the CSV's row; warm PLAIN (the measured
+    steps=0 step) costs more than 1.5x a decode step; off_ms prices by the implementation."""
+    from specfsm.model.costs import PLAIN_ZERO_TAX_MODEL
+
+    rows = _raw_rows(ENGINE)
+    m = CostModel(load_table(ENGINE), DraftShape.chain(3))
+    assert m.zero_tax_measured and m.plain_warm_measured
+    measured = sorted(bs for name, bs, _ in rows if name == PLAIN_ZERO_TAX_MODEL)
+    assert len(measured) >= 2
+    for bs in measured:
+        assert m.zero_tax_ms(bs) == pytest.approx(rows[(PLAIN_ZERO_TAX_MODEL, bs, 1)])
+    for bs in (1, 2, 3, 8, 16, 40, 64, 100, 256, 512):
+        assert m.plain_ms(bs) <= m.zero_tax_ms(bs) <= 1.02 * m.plain_ms(bs), bs
+        assert m.warm_ms(bs) > 1.5 * m.plain_ms(bs), bs
+        assert m.off_ms(bs) == m.off_ms(bs, "zero_tax") == m.zero_tax_ms(bs)
+        assert m.off_ms(bs, "warm") == m.warm_ms(bs)
+    assert m.estimates("warm") == []
+    assert [e for e in m.estimates() if "zero_tax PLAIN" in e] == []
+
+
+def test_resyncing_is_a_plain_step_plus_the_catch_up_estimate() -> None:
+    """Zero-tax RESYNCING = a zero-tax PLAIN step + one batched draft-extend over the lag (the
+    extend model at q = lag / bs), dearer than a PLAIN step and growing with the lag; warm
+    RESYNCING is one warm step. The catch-up is flagged as an estimate."""
+    m = CostModel(load_table(ENGINE), DraftShape.chain(3))
+    for bs in (1, 16, 64, 256):
+        assert m.resync_ms(bs, bs * 16) == pytest.approx(
+            m.zero_tax_ms(bs) + m.extend_ms(bs, 16)
+        )
+        assert m.resync_ms(bs, bs) > m.off_ms(bs)
+        assert m.resync_ms(bs, bs * 128) > m.resync_ms(bs, bs * 16)
+        assert m.resync_ms(bs, bs * 128, "warm") == m.warm_ms(bs)
+    assert m.resync_ms(64, 0) == m.zero_tax_ms(64)
+    assert any("catch-up" in e and "estimate" in e for e in m.estimates())
+
+
+def test_zero_tax_ratio_carries_to_other_contexts_and_falls_back_to_decode() -> None:
+    """Merged with the ctx 4096 table (no zero-tax rows), zero-tax PLAIN at 4096 is that
+    context's decode x the ratio measured at 1024; the ctx 4096 table alone prices it as a
+    decode step x 1.0 and flags that as an estimate."""
+    from specfsm.model.costs import PLAIN_ZERO_TAX_MODEL
+
+    one = load_table(ENGINE)
+    both = CostModel(load_table(f"{ENGINE}+{ENGINE_4096}"), DraftShape.chain(3)).at_ctx(4096)
+    ratio = one.ms(PLAIN_ZERO_TAX_MODEL, 64, 1) / one.ms("llama8b", 64, 1)
+    assert both.zero_tax_ms(64) == pytest.approx(both.plain_ms(64) * ratio)
+    alone = CostModel(load_table(ENGINE_4096), DraftShape.chain(3))
+    assert not alone.zero_tax_measured
+    assert alone.zero_tax_ms(64) == alone.plain_ms(64)
+    flagged = [e for e in alone.estimates() if "zero_tax PLAIN" in e]
+    assert len(flagged) == 1 and "estimate" in flagged[0] and PLAIN_ZERO_TAX_MODEL in flagged[0]
+
+
+def test_plain_variant_names() -> None:
+    """PLAIN implementations are named as the adapter's config names them; "zero-tax" is
+    accepted for "zero_tax"; anything else is refused."""
+    from specfsm.model.costs import PLAIN_VARIANTS, check_plain_variant
+
+    assert PLAIN_VARIANTS == ("zero_tax", "warm")
+    assert check_plain_variant("zero-tax") == "zero_tax" == check_plain_variant("zero_tax")
+    with pytest.raises(ValueError, match="plain must be one of"):
+        check_plain_variant("cold")
+
+
+def test_in_engine_crossover_exists_against_zero_tax_plain_only() -> None:
+    """On the in-engine table (chain3, alpha 0.7) switching to zero-tax PLAIN pays at some
+    batch size, at a smaller one at ctx 4096; against warm PLAIN speculation always wins."""
+    shape = DraftShape.chain(3)
+    acc = accept_length(0.7, shape)
+    m = CostModel(load_table(f"{ENGINE}+{ENGINE_4096}"), shape)
+    x1, x4 = m.crossover_bs(acc), m.at_ctx(4096).crossover_bs(acc)
+    assert x1 is not None and x4 is not None and x4 < x1 <= 256
+    assert m.crossover_bs(acc, plain="warm") is None

@@ -36,12 +36,14 @@ def test_is_a_policy(cost: CostModel) -> None:
 
 
 def test_predict_matches_cost_model(cost: CostModel) -> None:
-    """predict() = (bs/off_ms, bs*acc/spec_ms) in tokens/s; off_ms = plain decode (zero-tax)
-    or plain decode + 1-token draft-extend (warm, the default: what the adapter ships)."""
-    plain, spec = GoodputPolicy(cost, ACC, plain="zero-tax").predict(1)
-    assert plain == pytest.approx(1000 / cost.plain_ms(1))
+    """predict() = (bs/off_ms, bs*acc/spec_ms) in tokens/s; off_ms = the zero-tax PLAIN step
+    (the default, as in the adapter) or a warm step (1-token verify + 1-token draft-extend)."""
+    plain, spec = GoodputPolicy(cost, ACC).predict(1)
+    # the shared table has no zero-tax rows: a decode step (x 1.0, an estimate)
+    assert plain == pytest.approx(1000 / cost.plain_ms(1)) == 1000 / cost.zero_tax_ms(1)
     assert spec == pytest.approx(1000 * ACC / cost.spec_ms(1))
-    warm, spec_w = GoodputPolicy(cost, ACC).predict(1)
+    assert GoodputPolicy(cost, ACC, plain="zero-tax").predict(1) == (plain, spec)  # old spelling
+    warm, spec_w = GoodputPolicy(cost, ACC, plain="warm").predict(1)
     # the shared table has no measured warm step: plain decode + a 1-token draft forward
     assert warm == pytest.approx(1000 / (cost.plain_ms(1) + cost.draft_ms(1, 1))) and spec_w == spec
 
@@ -65,13 +67,16 @@ def test_goodput_from_args() -> None:
     p = goodput_from_args(
         {"shape": "chain3", "accept_len": 2.5, "margin": 0.05, "min_dwell": 8, "ctx": 1024}
     )
-    assert isinstance(p, GoodputPolicy) and p.plain == "warm" and p.margin == 0.05
+    assert isinstance(p, GoodputPolicy) and p.plain == "zero_tax" and p.margin == 0.05
     assert p.min_dwell == 8 and p.cost.shape == DraftShape.chain(3)
     assert p.cost.table.source == SHARED_REF and p.prior_accept_len == 2.5
     t = goodput_from_args(
-        {"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "zero-tax"}
+        {"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "warm"}
     )
-    assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "zero-tax"
+    assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "warm"
+    assert goodput_from_args({"shape": "chain3", "accept_len": 2, "plain": "zero-tax"}).plain == (
+        "zero_tax"
+    )
     assert goodput_from_args({"shape": [1, 5, 6], "accept_len": 3}).cost.shape.steps == 5
     assert goodput_from_args({"shape": "4,2,8", "accept_len": 2}).cost.shape.draft_tokens == 8
     bad: list[tuple[dict[str, object], str]] = [
@@ -236,3 +241,47 @@ def test_context_aware_with_a_multi_context_table() -> None:
     assert goodput_from_args(cfg).ctx_aware
     with pytest.raises(ValueError, match="cannot use table"):
         goodput_from_args({**cfg, "table": ["h200_sglang0517_llama8b"] * 2})
+
+
+def test_in_engine_table_zero_tax_plain_switches_and_warm_never_does() -> None:
+    """On the in-engine H200 table (ctx 1024, chain3, alpha 0.7), the default policy (zero-tax
+    PLAIN, priced from the measured rows) leaves SPECULATING at bs 256 and returns at bs 4;
+    priced against warm PLAIN (~2x a decode step) it never leaves, at any measured bs."""
+    shape = DraftShape.chain(3)
+    engine = CostModel(load_table("h200_sglang0517_llama8b"), shape)
+    acc = accept_length(0.7, shape)
+    zt = GoodputPolicy(engine, acc, min_dwell=0, debounce=2)
+    assert zt.plain == "zero_tax"
+    hit = drive(zt, Mode.SPECULATING, 256, 20)
+    assert hit is not None and hit[1] is Event.LOAD_HIGH
+    back = drive(GoodputPolicy(engine, acc, min_dwell=0, debounce=2), Mode.PLAIN, 4, 50)
+    assert back is not None and back[1] is Event.LOAD_LOW
+    for bs in (1, 16, 64, 256):
+        warm = GoodputPolicy(engine, acc, min_dwell=0, debounce=2, plain="warm")
+        assert drive(warm, Mode.SPECULATING, bs, 20) is None
+
+
+def test_leaving_zero_tax_plain_waits_for_the_catch_up_to_pay(cost: CostModel) -> None:
+    """Zero-tax: leaving PLAIN also needs the horizon's saving to exceed the RESYNCING catch-up
+    estimate (lag_cap tokens per request after a long PLAIN stretch): at a bs where speculation
+    wins by a little, a 1-iteration horizon never pays for it, the default 64 does; warm PLAIN
+    has no catch-up to pay for."""
+
+    def saving(bs: int) -> float:
+        return cost.off_ms(bs) - cost.spec_ms(bs) / ACC
+
+    bs = next(
+        b
+        for b in range(1, 200)
+        if 0 < saving(b) < cost.catchup_ms(b, b * 128) < 64 * saving(b)
+        and cost.spec_tps(b, ACC) > cost.off_tps(b) * 1.001
+    )
+
+    def leaves(p: GoodputPolicy) -> bool:
+        p.decide(Mode.PLAIN, Observation(iteration=0, decode_bs=0))  # PLAIN since iteration 0
+        return drive(p, Mode.PLAIN, bs, 50, start=1000) is not None
+
+    assert not leaves(GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1, horizon=1))
+    assert leaves(GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1))
+    warm = GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1, horizon=1, plain="warm")
+    assert cost.spec_tps(bs, ACC) > cost.off_tps(bs, "warm") and leaves(warm)

@@ -119,9 +119,10 @@ def test_warm_plain_on_the_engine_table_costs_the_measured_step() -> None:
 
 
 def test_fsm_zero_tax_plain_is_plain_decode(cost: CostModel) -> None:
-    """Zero-tax PLAIN costs target(bs,1) only."""
+    """Zero-tax PLAIN (the default) costs target(bs,1) only on a table without zero-tax rows."""
     wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
-    ctl = FSMController("never", FixedPolicy(False), CHAIN3, plain="zero-tax")
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3)
+    assert ctl.plain == "zero_tax"
     r = run(ctl, fixed_concurrency(16), cost, 0.8, workload=wl, iterations=51, warmup_iterations=1)
     assert r.sim_time_s * 1000 / 50 == pytest.approx(cost.plain_ms(16))
     with pytest.raises(ValueError):
@@ -268,7 +269,7 @@ def test_tune_main_prints(cost: CostModel, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     warm, zero = recommend(cost, acc, plain="warm"), recommend(cost, acc)
     assert f"crossover bs (warm PLAIN): {warm.crossover_bs}\n" in out
-    assert f"crossover bs (zero-tax PLAIN): {zero.crossover_bs}\n" in out
+    assert f"crossover bs (zero_tax PLAIN): {zero.crossover_bs}\n" in out
     assert json.dumps(warm.sglang_config) in out and "candidate_steps" in out
 
 
@@ -304,3 +305,62 @@ def test_multi_context_table_prices_each_step_at_its_mean_context() -> None:
     ctl = FSMController("rec", Recorder(speculate=True), CHAIN3)
     run(ctl, fixed_concurrency(4), both, 0.6, workload=long, iterations=100)
     assert seen and min(seen) >= 4096 and max(seen) <= 4096 + 512
+
+
+def test_zero_tax_plain_on_the_engine_table_costs_the_measured_step() -> None:
+    """On the in-engine H200 table a simulated zero-tax PLAIN iteration costs zero_tax_ms (the
+    measured ratio, within 2 % of a decode step), not the decode step and not a warm step."""
+    engine = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    ctl = FSMController("never", FixedPolicy(False), CHAIN3, plain="zero_tax")
+    r = run(
+        ctl, fixed_concurrency(64), engine, 0.8, workload=wl, iterations=51, warmup_iterations=1
+    )
+    per_step = r.sim_time_s * 1000 / 50
+    assert per_step == pytest.approx(engine.zero_tax_ms(64))
+    assert engine.plain_ms(64) < per_step <= 1.02 * engine.plain_ms(64)
+
+
+def test_lineup_by_plain_implementation() -> None:
+    """lineup(plain=...) holds the statics, the peers and specfsm's threshold and goodput
+    controllers in that PLAIN; without it, the historical line-up; names pick any."""
+    from specfsm.sim.peers import lineup
+
+    engine = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)
+    zt = {c.name: c for c in lineup(engine, CHAIN3, 0.7, plain="zero_tax")}
+    assert {"specfsm-threshold-zero-tax", "specfsm-zero-tax"} <= set(zt)
+    assert not {"specfsm-warm", "specfsm-threshold-warm"} & set(zt)
+    thr = zt["specfsm-threshold-zero-tax"]
+    assert isinstance(thr, FSMController) and thr.plain == "zero_tax" and not thr.lazy_draft_prefill
+    warm = {c.name for c in lineup(engine, CHAIN3, 0.7, plain="warm")}
+    assert {"specfsm-threshold-warm", "specfsm-warm"} <= warm and "specfsm-zero-tax" not in warm
+    old = {c.name for c in lineup(engine, CHAIN3, 0.7)}
+    assert "specfsm-threshold-zero-tax" not in old and {"specfsm-warm", "specfsm-zero-tax"} <= old
+    named = lineup(engine, CHAIN3, 0.7, names=["specfsm-warm"], plain="zero_tax")
+    assert [c.name for c in named] == ["specfsm-warm"]
+
+
+def test_tune_names_the_plain_implementation_and_flags_estimates(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`specfsm tune` says which PLAIN it priced (zero_tax by default, from measured rows on the
+    in-engine table), flags the RESYNCING catch-up as an estimate, and flags zero-tax PLAIN
+    itself as an estimate on a table without its rows; --json carries the same."""
+    assert tune_main(["--table", "h200_sglang0517_llama8b", "--alpha", "0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "PLAIN: zero_tax (" in out and "measured plain_zero_tax_step rows" in out
+    assert "estimate: RESYNCING catch-up: an estimate, not a GPU measurement" in out
+    assert "crossover bs (zero_tax PLAIN): " in out and "crossover bs (warm PLAIN): " in out
+    assert "estimate: zero_tax PLAIN" not in out
+    assert tune_main(["--table", "h200_sglang0517_llama8b_ctx4096", "--alpha", "0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "ESTIMATE" in out and "estimate: zero_tax PLAIN" in out
+    args = ["--table", "h200_sglang0517_llama8b", "--alpha", "0.7", "--json"]
+    assert tune_main([*args, "--plain", "warm"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["plain"] == "warm" and js["estimates"] == []
+    assert "plain_warm_step" in js["plain_priced"] and "crossover_bs_zero_tax" in js
+    assert tune_main([*args, "--plain", "zero-tax"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["plain"] == "zero_tax" and js["goodput_policy"]["plain"] == "zero_tax"
+    assert any("catch-up" in e for e in js["estimates"])
