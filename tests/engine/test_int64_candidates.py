@@ -9,6 +9,10 @@ trivial input (``eagle_worker_v2.py:1678-1731``), so a real engine reproduces it
 port is as strict as the kernel. Each engine runs in its own process (a failing scheduler kills
 its parent's process tree); the fix is undone through the test channel's switch
 ``channel.KEEP_INT32_CANDIDATES_ENV`` (the test bed's test-only plugin).
+
+The engines run warm PLAIN (``"plain": "warm"``, SGLang's steps=0): its every step is that
+1-wide verify. Zero-tax PLAIN (the default) runs no verify at all; the fix still guards
+DRAINING's 1-wide verifies (overlap) and warm PLAIN.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ KERNEL_MESSAGE = "Expected 'candidates' to be of type long (torch.int64)."
 
 
 def run_switch_to_plain(tmp_path: Path, keep_int32: bool) -> subprocess.CompletedProcess[str]:
-    """An EAGLE3 chain engine that speculates for two decode iterations, then goes PLAIN, and
-    generates 16 tokens for 4 prompts."""
+    """An EAGLE3 chain engine that speculates for two decode iterations, then goes (warm)
+    PLAIN, and generates 16 tokens for 4 prompts."""
     from specfsm_testbed import channel
 
     cfg = {
+        "plain": "warm",
         "policy": {"name": "scripted", "schedule": [[2, "PLAIN"]]},
         "log": str(tmp_path / "transitions-{rank}.jsonl"),
     }
