@@ -34,8 +34,9 @@ and the adapter catches up at most its `lag_tokens`, 128 by default, per request
 With a table that measures several context lengths (e.g. ``"h200_sglang0517_llama8b+
 h200_sglang0517_llama8b_ctx4096"``) both goodputs are priced at the iteration's `mean_ctx`
 (bucketed by `ctx_bucket` tokens): on an H200 the crossover batch size of a chain of 3 at
-alpha 0.6 is 44 at 1024 tokens and 15 at 4096, so one context-blind setting is wrong by ~3x
-somewhere. A single-context table, or `mean_ctx` 0 (unknown), uses the configured context.
+alpha 0.6 against zero-tax PLAIN is 28 at 1024 tokens and 10 at 4096, so one context-blind
+setting is wrong by ~3x somewhere. A single-context table, or `mean_ctx` 0 (unknown), uses
+the configured context.
 
 The policy registry (`specfsm.policy.registry`) builds one from its JSON-style description
 (``{"name": "goodput", ...}``, or the shorthand ``goodput:shape=chain3,accept_len=2.5``).
