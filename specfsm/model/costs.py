@@ -20,11 +20,11 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
 * speculative iteration of shape (topk, steps, K): target verify(bs, K)
   + (steps - 1) draft steps(bs, topk) + draft-extend(bs, K). (The first draft step's logits
   come from the previous draft-extend; ``draft()`` runs ``num_steps - 1`` forwards.)
-* warm plain (SGLang steps=0, vLLM K=0, and specfsm's PLAIN as the SGLang adapter ships it:
-  the 1-wide steps=0 runtime state): when the table holds the whole step measured in the engine
-  (model ``plain_warm_step``, q=1: a 1-token verify through the tree-verify path + a 1-token
-  draft-extend), that measurement; at a context the rows lack, the estimate below times the
-  measured/estimate ratio at the nearest measured context. Otherwise the estimate: a K=1
+* warm plain (SGLang steps=0, vLLM K=0, and specfsm's PLAIN with the SGLang adapter's ``plain:
+  "warm"``: the 1-wide steps=0 runtime state): when the table holds the whole step measured in
+  the engine (model ``plain_warm_step``, q=1: a 1-token verify through the tree-verify path + a
+  1-token draft-extend), that measurement; at a context the rows lack, the estimate below times
+  the measured/estimate ratio at the nearest measured context. Otherwise the estimate: a K=1
   target verify (~ target(bs, 1)) + a K=1 draft-extend(bs, 1). 1 token. `warm_ms` (alias
   `steps0_ms`). The estimate was 1.06-1.16x a decode step on the in-engine H200 table; the
   measured step is 2.0-2.3x (benchmarks/gpu/results/2026-11-30_specfsm).
