@@ -52,7 +52,8 @@ def test_refusal_is_one_stderr_line(
     line: str,
 ) -> None:
     """A bad value, a goodput shape that is not the server's, an unsupported server, a server
-    zero-tax PLAIN cannot serve (mixed chunks): the parent prints exactly one line and raises StartRefused (whose text is that line)."""
+    zero-tax PLAIN cannot serve (mixed chunks): the parent prints exactly one line and raises
+    StartRefused (whose text is that line)."""
     for k in ("SPECFSM_CONFIG", "SPECFSM_CONFIG_JSON", "SPECFSM_POLICY", "SPECFSM_LOG"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
