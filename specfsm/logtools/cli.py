@@ -138,7 +138,12 @@ def replay_main(argv: list[str]) -> int:
         default=None,
         help="accept length where the log has none measured while SPECULATING",
     )
-    p.add_argument("--plain", choices=PLAIN_VARIANTS, default="warm")
+    p.add_argument(
+        "--plain",
+        choices=PLAIN_VARIANTS,
+        default="zero_tax",
+        help="PLAIN's implementation to price (default: zero_tax, the adapter's default)",
+    )
     p.add_argument("--rank", type=int, default=None, help="only this rank (default: every one)")
     p.add_argument("--max-rows", type=positive_int, default=20)
     a = p.parse_args(argv)

@@ -2,15 +2,16 @@
 
 Inputs: the run's observation lines and the policy inputs on its transition lines (one sample per
 iteration, an observation line preferred), in iteration order. Each sample is one `step` of a
-fresh `specfsm.machine.SpecFSM` with the other policy; the completion events are emitted as the
+fresh `specfsm.fsm.machine.SpecFSM` with the other policy; the completion events are emitted as the
 adapter does: DRAINED in the same iteration (one later with overlap scheduling), RESYNCED once
 `resync_forwards` iterations ran in RESYNCING. A log sampled every N iterations feeds the policy
 every N iterations (its debounce then counts samples): replay a log written with
 `observe_every: 1` for exact decisions.
 
-Pricing (`specfsm.costs.CostModel`): each sample stands for one iteration in the mode it ran in,
-recorded or replayed: SPECULATING at spec_ms(bs) committing bs x accept length tokens, the other
-modes one warm PLAIN step (bs tokens; `plain="zero-tax"` for the design target). The accept
+Pricing (`specfsm.model.costs.CostModel`): each sample stands for one iteration in the mode it
+ran in, recorded or replayed: SPECULATING at spec_ms(bs) committing bs x accept length tokens,
+the other modes one PLAIN step (bs tokens) of the chosen implementation (`plain="zero_tax"`,
+the adapter's default, or `"warm"`). The accept
 length is the sample's own while SPECULATING (outside it the adapter's accept_lens are the last
 K-wide round's), else the last one seen while speculating, else `accept_len`.
 """
