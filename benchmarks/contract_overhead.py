@@ -22,7 +22,7 @@ def main() -> int:
     cpu_boot.boot()
     import torch
     from sglang.srt.speculative.eagle_info import EagleDraftInput
-    from specfsm_sglang.controller import _build_contracts, _Subject
+    from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 
     from specfsm import Mode
 
@@ -33,8 +33,8 @@ def main() -> int:
     dw = NS(speculative_num_steps=3, speculative_num_draft_tokens=4)
     worker = NS(speculative_num_steps=3, speculative_num_draft_tokens=4, _draft_worker=dw)
     ctl = NS(worker=worker, topk=1, spec_steps=3, spec_tokens=4)
-    contracts = _build_contracts(ctl, 1)
-    sub = _Subject(ctl)  # type: ignore[arg-type]
+    contracts = build_contracts(ctl, 1)
+    sub = BatchSubject(ctl)  # type: ignore[arg-type]
     results = {}
     for bs in (1, 16, 256):
         info = EagleDraftInput.__new__(EagleDraftInput)

@@ -24,16 +24,12 @@ and each idle check. With no observer the hot path pays one empty-list test per 
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specfsm import (
-    Contracts,
     Event,
     FixedPolicy,
     MachineFailed,
@@ -47,10 +43,11 @@ from specfsm import (
     TransitionRecord,
     json_logger,
 )
-from specfsm.fsm.contracts import Violation, describe
 from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
+from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 from specfsm_sglang.config import Config, ConfigError, make_policy
+from specfsm_sglang.control import ControlFile
 
 if TYPE_CHECKING:
     from specfsm import Policy
@@ -111,105 +108,6 @@ class ControllerExtension(Protocol):
     def attach(self, ctl: Controller) -> None:
         """Called once per controller, at the end of its construction (add observers here)."""
         ...
-
-
-class _Subject:
-    """What the contracts look at: the worker and the batch about to be forwarded."""
-
-    __slots__ = ("batch", "ctl")
-
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
-        self.batch: Any = None
-
-
-def _build_contracts(ctl: Controller, every: int) -> Contracts[_Subject]:
-    from sglang.srt.speculative.eagle_info import EagleDraftInput
-
-    def bs(s: _Subject) -> int:
-        return compat.local_batch_size(s.batch)
-
-    def draft_input(s: _Subject) -> Violation | None:
-        info = s.batch.spec_info
-        if info is None or isinstance(info, EagleDraftInput):
-            return None
-        return Violation("batch.spec_info", "EagleDraftInput | None", describe(info))
-
-    row_fields = ("bonus_tokens", "topk_p", "topk_index", "hidden_states")
-    topk_fields = ("topk_p", "topk_index")
-
-    def rows(s: _Subject) -> Violation | None:
-        """Every per-request tensor of the draft input has one row per request."""
-        batch = s.batch
-        info = batch.spec_info
-        if info is None or batch.forward_mode.is_idle():
-            return None
-        n = bs(s)
-        for field in row_fields:
-            value = getattr(info, field, None)
-            if value is None:
-                continue
-            shape = getattr(value, "shape", None)
-            if shape is None or len(shape) == 0 or shape[0] != n:
-                return Violation(
-                    f"batch.spec_info.{field}", f"rows == batch size ({n})", describe(value)
-                )
-            if field in topk_fields and (len(shape) < 2 or shape[1] != ctl.topk):
-                return Violation(
-                    f"batch.spec_info.{field}", f"[bs, topk={ctl.topk}]", describe(value)
-                )
-        return None
-
-    def width(want_steps: int, want_tokens: int) -> Callable[[_Subject], Violation | None]:
-        def check(s: _Subject) -> Violation | None:
-            w = ctl.worker
-            got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
-            if got != (want_steps, want_tokens):
-                return Violation(
-                    "worker (speculative_num_steps, speculative_num_draft_tokens)",
-                    f"({want_steps}, {want_tokens})",
-                    str(got),
-                )
-            dw = w._draft_worker
-            if (dw.speculative_num_steps, dw.speculative_num_draft_tokens) != got:
-                return Violation(
-                    "draft worker width",
-                    f"same as worker {got}",
-                    str((dw.speculative_num_steps, dw.speculative_num_draft_tokens)),
-                )
-            return None
-
-        return check
-
-    def target_state(plain: bool) -> Any:
-        def check(s: _Subject) -> Violation | None:
-            """Zero-tax: the target runner holds PLAIN's decode state exactly in PLAIN and
-            RESYNCING (a DECODE batch on a verify graph is the seeds' crash class)."""
-            zt = ctl.zero_tax
-            if zt is None:
-                return None
-            tmr = ctl.worker._target_worker.model_runner
-            has = (
-                zt.attached
-                and tmr.attn_backend is zt.target_attn_backend
-                and tmr.decode_cuda_graph_runner is zt.target_graph_runner
-            )
-            if has == plain:
-                return None
-            want = "PLAIN's decode state" if plain else "a verify state (not PLAIN's)"
-            got = "PLAIN's decode state" if has else "a verify state"
-            return Violation("target runner (attn_backend, decode graph)", want, got)
-
-        return check
-
-    common = [draft_input, rows]
-    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens), target_state(False)]
-    drain = [*common, width(0, 1), target_state(False)]
-    plain = [*common, width(0, 1), target_state(True)]
-    return Contracts(
-        {Mode.SPECULATING: wide, Mode.DRAINING: drain, Mode.PLAIN: plain, Mode.RESYNCING: plain},
-        every=every,
-    )
 
 
 class Controller:
@@ -290,8 +188,8 @@ class Controller:
         )
         # the initial mode's state must be attached before the first forward
         (actions.enter_speculating if initial is Mode.SPECULATING else actions.enter_plain)(None)
-        self.contracts = _build_contracts(self, cfg.contracts_every)
-        self._subject = _Subject(self)
+        self.contracts = build_contracts(self, cfg.contracts_every)
+        self._subject = BatchSubject(self)
         self.contract_ns = 0
 
         self.global_load: GlobalLoad | None = None
@@ -311,7 +209,7 @@ class Controller:
 
         self.control_file = cfg.control_file
         self.control_every = cfg.control_every
-        self._control_sig: tuple[int, ...] | None = None  # (type, mtime_ns, size, inode) seen
+        self._control = ControlFile(cfg.control_file or "")
         self._policy_faults_seen = 0
         #: mode actions that failed (each one a FAULT transition to PLAIN)
         self.action_failures = 0
@@ -495,7 +393,7 @@ class Controller:
         """
         msg: Any = None
         if self.rank == 0:
-            msg = self._read_control()
+            msg = self._control.read()
         if self.tp_group is not None:
             from specfsm_sglang.consensus import broadcast_object
 
@@ -507,58 +405,6 @@ class Controller:
             self._log_control("refused", payload)
         else:
             self.apply_control(payload)
-
-    def _read_control(self) -> tuple[str, Any] | None:
-        """('content', parsed JSON) / ('refused', reason) when the file changed, else None."""
-        path = self.control_file or ""
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            self._control_sig = None
-            return None
-        except OSError as exc:
-            return self._control_refusal(("error", exc.errno or 0), f"cannot stat: {exc}")
-        sig = (stat.S_IFMT(st.st_mode), st.st_mtime_ns, st.st_size, st.st_ino)
-        if sig == self._control_sig:
-            return None
-        self._control_sig = sig
-        if not stat.S_ISREG(st.st_mode):
-            return (
-                "refused",
-                f"control_file: {path} is {_file_kind(st.st_mode)}, not a regular "
-                "file; it is not opened (nothing may block the scheduler)",
-            )
-        if st.st_size > config.MAX_CONTROL_BYTES:
-            return (
-                "refused",
-                f"control_file: {path} holds {st.st_size} bytes, more than the "
-                f"limit of {config.MAX_CONTROL_BYTES}; not read",
-            )
-        try:
-            # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open returns at once
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            return ("refused", f"control_file: cannot open {path}: {exc.strerror}")
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return ("refused", f"control_file: {path} is not a regular file; not read")
-            data = os.read(fd, config.MAX_CONTROL_BYTES + 1)
-        except OSError as exc:
-            return ("refused", f"control_file: cannot read {path}: {exc.strerror}")
-        finally:
-            os.close(fd)
-        if len(data) > config.MAX_CONTROL_BYTES:
-            return ("refused", f"control_file: {path} grew past {config.MAX_CONTROL_BYTES} bytes")
-        try:
-            return ("content", json.loads(data))
-        except ValueError as exc:
-            return ("refused", f"control_file: {path} is not JSON: {exc}")
-
-    def _control_refusal(self, sig: tuple[Any, ...], reason: str) -> tuple[str, Any] | None:
-        if sig == self._control_sig:
-            return None
-        self._control_sig = sig
-        return ("refused", f"control_file: {reason}")
 
     def _log_control(self, outcome: str, reason: str, *request: Any) -> None:
         line: dict[str, object] = {"control": outcome, "reason": reason}
@@ -589,17 +435,6 @@ class Controller:
             {"control": "applied", "request": content, "policy": policy.describe()},
             iteration=self.iteration,
         )
-
-
-def _file_kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def _graph_bs() -> list[int] | None:

@@ -188,8 +188,9 @@ class TestChannel(ControllerObserver):
         c["iteration"] = ctl.iteration
         c["contract_ns"] = ctl.contract_ns
         c["contract_checks"] = ctl.contracts.checked
-        if ctl.zero_tax is not None:
-            st = ctl.zero_tax.stats
+        zt = getattr(ctl, "zero_tax", None)
+        if zt is not None:
+            st = zt.stats
             c["zero_tax"] = {
                 "plain_forwards": st.plain_forwards,
                 "recorded_tokens": st.recorded_tokens,
@@ -234,9 +235,11 @@ class TestChannelExtension:
         ctl.observers.append(self.channel)
         if self.keep_int32:
             _keep_int32_candidates(ctl.worker)
-        _count_draft_forwards(ctl, self.channel)
-        if self.skip_catchup and ctl.zero_tax is not None:
-            _skip_catchup(ctl.zero_tax)
+        if getattr(ctl, "worker", None) is not None:  # a real rank (not a unit test's shell)
+            _count_draft_forwards(ctl, self.channel)
+        zt = getattr(ctl, "zero_tax", None)
+        if self.skip_catchup and zt is not None:
+            _skip_catchup(zt)
 
 
 def _count_draft_forwards(ctl: Controller, channel: TestChannel) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("specfsm_sglang")
 from specfsm_sglang.config import MAX_CONTROL_BYTES, resolve
+from specfsm_sglang.control import ControlFile
 from specfsm_sglang.controller import Controller
 
 from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM, ThresholdPolicy
@@ -25,7 +26,7 @@ def controller(path: Path | str) -> tuple[Controller, list[Any]]:
     ctl = Controller.__new__(Controller)
     log, lines = capturing_log()
     ctl.control_file = str(path)
-    ctl._control_sig = None
+    ctl._control = ControlFile(str(path))
     ctl.rank = 0
     ctl.iteration = 0
     ctl.tp_group = None

@@ -1,0 +1,118 @@
+"""The spec-state contracts of one scheduler rank: which speculation state may be on the batch
+and on the worker in each mode, checked before every decode forward (``contracts_every``).
+
+A violation is a one-line diagnosis naming the field, what the mode allows and what is there
+(`specfsm.fsm.contracts`); the controller raises it before the forward would crash deep inside
+a kernel (the seeds' "size of tensor a (160) must match ..." class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from specfsm import Contracts, Mode
+from specfsm.fsm.contracts import Violation, describe
+from specfsm_sglang import compat
+
+if TYPE_CHECKING:
+    from specfsm_sglang.controller import Controller
+
+
+class BatchSubject:
+    """What the contracts look at: the worker and the batch about to be forwarded."""
+
+    __slots__ = ("batch", "ctl")
+
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.batch: Any = None
+
+
+def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    def bs(s: BatchSubject) -> int:
+        return compat.local_batch_size(s.batch)
+
+    def draft_input(s: BatchSubject) -> Violation | None:
+        info = s.batch.spec_info
+        if info is None or isinstance(info, EagleDraftInput):
+            return None
+        return Violation("batch.spec_info", "EagleDraftInput | None", describe(info))
+
+    row_fields = ("bonus_tokens", "topk_p", "topk_index", "hidden_states")
+    topk_fields = ("topk_p", "topk_index")
+
+    def rows(s: BatchSubject) -> Violation | None:
+        """Every per-request tensor of the draft input has one row per request."""
+        batch = s.batch
+        info = batch.spec_info
+        if info is None or batch.forward_mode.is_idle():
+            return None
+        n = bs(s)
+        for field in row_fields:
+            value = getattr(info, field, None)
+            if value is None:
+                continue
+            shape = getattr(value, "shape", None)
+            if shape is None or len(shape) == 0 or shape[0] != n:
+                return Violation(
+                    f"batch.spec_info.{field}", f"rows == batch size ({n})", describe(value)
+                )
+            if field in topk_fields and (len(shape) < 2 or shape[1] != ctl.topk):
+                return Violation(
+                    f"batch.spec_info.{field}", f"[bs, topk={ctl.topk}]", describe(value)
+                )
+        return None
+
+    def width(want_steps: int, want_tokens: int) -> Callable[[BatchSubject], Violation | None]:
+        def check(s: BatchSubject) -> Violation | None:
+            w = ctl.worker
+            got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
+            if got != (want_steps, want_tokens):
+                return Violation(
+                    "worker (speculative_num_steps, speculative_num_draft_tokens)",
+                    f"({want_steps}, {want_tokens})",
+                    str(got),
+                )
+            dw = w._draft_worker
+            if (dw.speculative_num_steps, dw.speculative_num_draft_tokens) != got:
+                return Violation(
+                    "draft worker width",
+                    f"same as worker {got}",
+                    str((dw.speculative_num_steps, dw.speculative_num_draft_tokens)),
+                )
+            return None
+
+        return check
+
+    def target_state(plain: bool) -> Any:
+        def check(s: BatchSubject) -> Violation | None:
+            """Zero-tax: the target runner holds PLAIN's decode state exactly in PLAIN and
+            RESYNCING (a DECODE batch on a verify graph is the seeds' crash class)."""
+            zt = getattr(ctl, "zero_tax", None)
+            if zt is None:
+                return None
+            tmr = ctl.worker._target_worker.model_runner
+            has = (
+                zt.attached
+                and tmr.attn_backend is zt.target_attn_backend
+                and tmr.decode_cuda_graph_runner is zt.target_graph_runner
+            )
+            if has == plain:
+                return None
+            want = "PLAIN's decode state" if plain else "a verify state (not PLAIN's)"
+            got = "PLAIN's decode state" if has else "a verify state"
+            return Violation("target runner (attn_backend, decode graph)", want, got)
+
+        return check
+
+    common = [draft_input, rows]
+    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens), target_state(False)]
+    drain = [*common, width(0, 1), target_state(False)]
+    plain = [*common, width(0, 1), target_state(True)]
+    return Contracts(
+        {Mode.SPECULATING: wide, Mode.DRAINING: drain, Mode.PLAIN: plain, Mode.RESYNCING: plain},
+        every=every,
+    )
