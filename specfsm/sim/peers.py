@@ -280,7 +280,8 @@ class SGLangAdaptiveController(Controller):
                 f"speculative_eagle_topk={shape.topk} (only topk=1 is supported): "
                 "static speculative params"
             )
-        union = sorted({s for e in cfg.values() for s in e["candidate_steps"]})
+        # per-bs slots are the digit keys; the others (ema_alpha, ...) are shared settings
+        union = sorted({s for k, e in cfg.items() if k.isdigit() for s in e["candidate_steps"]})
         if shape is not None and shape.topk == 1 and initial_steps is None:
             if shape.steps not in union:
                 raise ValueError(

@@ -364,3 +364,17 @@ def test_tune_names_the_plain_implementation_and_flags_estimates(
     js = json.loads(capsys.readouterr().out)
     assert js["plain"] == "zero_tax" and js["goodput_policy"]["plain"] == "zero_tax"
     assert any("catch-up" in e for e in js["estimates"])
+
+
+def test_sglang_adaptive_runs_the_config_tune_prints(cost: CostModel) -> None:
+    """The tuned SGLang adaptive config `specfsm tune` prints (shared keys like ema_alpha at
+    the top level beside the per-bs slots) builds a simulator peer and runs: steps 3 at bs 1,
+    steps 0 above the tuned threshold."""
+    cfg = sglang_equivalent(CHAIN3, 48)
+    assert isinstance(cfg["ema_alpha"], float)
+    c = SGLangAdaptiveController(config=cfg, shape=CHAIN3)
+    assert c._route(1).current_steps == 3
+    assert c._route(256).current_steps == 0
+    wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
+    r = run(c, fixed_concurrency(128), cost, 0.8, workload=wl, iterations=51, warmup_iterations=1)
+    assert r.sim_time_s > 0
