@@ -224,8 +224,20 @@ def register(cfg: Config) -> None:
             # RESYNCING followed by the batched catch-up)
             resync = ctl.resync_left > 0
             result = zt.forward(batch, on_publish=kwargs.get("on_publish"), resync=resync)
-            if resync and zt.resync_done:
-                ctl.resync_left = 0
+            if resync:
+                if zt.resync_done:
+                    ctl.resync_left = 0
+                if zt.last_catchup is not None:
+                    rows, tokens, secs, over, done = zt.last_catchup
+                    zt.last_catchup = None
+                    ctl.log.catchup(
+                        iteration=ctl.iteration,
+                        rows=rows,
+                        tokens=tokens,
+                        ms=secs * 1000.0,
+                        overflow_rows=over,
+                        done=done,
+                    )
         else:
             result = orig(self, batch, *args, **kwargs)
         ctl.after_forward(batch, result)

@@ -207,6 +207,7 @@ class ZeroTaxPlain:
         self.attached = False
         self._saved: tuple[Any, Any] | None = None
         self.resync_done = False
+        self.last_catchup: tuple[int, int, float, int, bool] | None = None
 
     # ---------------------------------------------------------------- PLAIN's own state
     def attach(self) -> None:
@@ -387,8 +388,11 @@ class ZeroTaxPlain:
         st.caught_up_rows += len(chosen)
         st.caught_up_tokens += used
         st.catchup_s += dt
-        st.overflow_rows += sum(1 for _, r in chosen if self.lag.count[r] > cap)
+        over = sum(1 for _, r in chosen if self.lag.count[r] > cap)
+        st.overflow_rows += over
         st.history.append((len(chosen), used, dt))
+        #: what the last catch-up did, for the controller's specfsm.catchup log line
+        self.last_catchup = (len(chosen), used, dt, over, len(chosen) == len(pending))
         self.lag.reset([r for _, r in chosen])
         return len(chosen) == len(pending)
 

@@ -21,6 +21,9 @@ Policy inputs on transition and observation lines: bs, running, queued, accept_l
   specfsm.policy_failed  a policy raised or returned a wrong value: policy, iteration, error,
                          its fault count and the limit (the FAULT transition follows)
   specfsm.policy_replaced the faulting policy was replaced by the fixed PLAIN policy (once)
+  specfsm.catchup        an engine caught its draft up (RESYNCING): requests, lag tokens, the
+                         milliseconds it took, requests whose lag passed the buffer (caught up
+                         over the newest part only), and whether every request is caught up
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ OBSERVATION = "specfsm.observation"
 ACTION_FAILED = "specfsm.action_failed"
 POLICY_FAILED = "specfsm.policy_failed"
 POLICY_REPLACED = "specfsm.policy_replaced"
+CATCHUP = "specfsm.catchup"
 
 
 def _serializer() -> Any:
@@ -222,4 +226,18 @@ class TransitionLog:
             old=old,
             new=dict(new),
             faults=faults,
+        )
+
+    def catchup(
+        self, *, iteration: int, rows: int, tokens: int, ms: float, overflow_rows: int, done: bool
+    ) -> None:
+        self._log.info(
+            CATCHUP,
+            rank=self.rank,
+            iteration=iteration,
+            rows=rows,
+            tokens=tokens,
+            ms=round(ms, 3),
+            overflow_rows=overflow_rows,
+            done=done,
         )

@@ -37,14 +37,21 @@ CASES = {
 COLD_CASES = ("chain-overlap", "tree-sync")
 
 
-def _run(d: Path, plain: str, case: dict[str, Any], cold: bool = False) -> dict[str, Any]:
-    """One engine: greedy outputs, accept lengths per K-wide round, transitions, counters."""
+def _run(
+    d: Path,
+    plain: str,
+    case: dict[str, Any],
+    cold: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One engine: greedy outputs, accept lengths per K-wide round, transitions, catch-up log
+    lines, counters."""
     env = {SKIP_CATCHUP_ENV: "1"} if cold else {}
     with F._env(env):
         eng = F.make_fsm_engine(
             d,
             policy=SCHEDULE,
-            config={"plain": plain, "observe_every": 1},
+            config={"plain": plain, "observe_every": 1, **(extra or {})},
             spec="EAGLE",
             agree="mid",
             **case,
@@ -60,7 +67,14 @@ def _run(d: Path, plain: str, case: dict[str, Any], cold: bool = False) -> dict[
         if ln.get("event") == "specfsm.observation" and ln.get("accept_lens"):
             rounds[ln["accept_lens_iteration"]] = tuple(ln["accept_lens"])
     moves = [(ln["src"], ln["dst"]) for ln in lines if ln.get("event") == "specfsm.transition"]
-    return {"out": out, "rounds": rounds, "moves": moves, "counters": counters}
+    catchups = [ln for ln in lines if ln.get("event") == "specfsm.catchup"]
+    return {
+        "out": out,
+        "rounds": rounds,
+        "moves": moves,
+        "catchups": catchups,
+        "counters": counters,
+    }
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -113,6 +127,13 @@ def test_no_draft_forward_while_plain(runs: Any) -> None:
     assert stats["caught_up_rows"] == len(PROMPTS)
     assert stats["caught_up_tokens"] == stats["recorded_tokens"]
     assert stats["overflow_rows"] == 0
+    (line,) = runs["zero_tax"]["catchups"]  # one specfsm.catchup log line
+    assert (line["rows"], line["tokens"], line["overflow_rows"], line["done"]) == (
+        len(PROMPTS),
+        stats["recorded_tokens"],
+        0,
+        True,
+    )
 
 
 def test_catch_up_equals_a_draft_kept_warm(runs: Any) -> None:
@@ -131,3 +152,24 @@ def test_without_catch_up_the_draft_reenters_cold(runs: Any) -> None:
     first = min(i for i in warm if i > 20)  # the first K-wide round after RESYNCING
     assert cold[first] != warm[first]
     assert sum(cold[first]) < sum(warm[first])
+
+
+def test_catch_up_over_several_iterations_and_past_the_buffer(tmp_path: Path) -> None:
+    """A per-iteration catch-up budget below the lag spreads RESYNCING over several iterations
+    (serving plainly meanwhile, each iteration logged); a lag past the buffer is caught up over
+    its newest positions and counted. Greedy outputs stay equal either way."""
+    want = E.AgreeReference()(PROMPTS, NEW_TOKENS)
+    case = CASES["chain-overlap"]
+    spread = _run(tmp_path / "spread", "zero_tax", case, extra={"catchup_tokens": 6})
+    assert spread["out"] == want
+    lines = spread["catchups"]
+    assert len(lines) >= 3 and [ln["done"] for ln in lines][-1] is True
+    assert not any(ln["done"] for ln in lines[:-1])
+    assert spread["moves"][-1] == ("RESYNCING", "SPECULATING")
+    assert spread["counters"]["mode_forwards"]["RESYNCING"] == len(lines)
+    short = _run(tmp_path / "short", "zero_tax", case, extra={"lag_tokens": 4})
+    assert short["out"] == want
+    stats = short["counters"]["zero_tax"]
+    assert stats["overflow_rows"] == len(PROMPTS)
+    assert stats["caught_up_tokens"] == 4 * len(PROMPTS)
+    assert short["catchups"][-1]["overflow_rows"] == len(PROMPTS)
