@@ -34,7 +34,8 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     draft-extend every step; measured 1.7-1.9x a decode step on the H200)
   lag_tokens        zero_tax: lag positions kept per request (default 128; a longer lag is caught
                     up over its newest lag_tokens, older draft KV stale: counted, logged)
-  catchup_tokens    zero_tax: lag tokens one RESYNCING iteration catches up (default 8192)
+  catchup_tokens    zero_tax: lag tokens one RESYNCING iteration catches up (default 8192; never
+                    below 2 x batch size + lag_tokens, so that RESYNCING ends)
   max_policy_faults faults of one policy after which it is replaced by the fixed PLAIN policy
                     (default 3)
 

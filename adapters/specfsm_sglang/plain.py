@@ -364,22 +364,27 @@ class ZeroTaxPlain:
     def _catch_up(
         self, batch: Any, nxt: Any, seq_after: torch.Tensor, seq_after_cpu: list[int]
     ) -> bool:
-        """Batched draft-extend over the lag of this batch's requests (all of it, or the rows
-        whose lag fits in ``catchup_tokens``); writes their fresh draft input rows into
-        ``nxt``. True when no request of the batch lags any more."""
+        """Batched draft-extend over the lag of this batch's requests (all of it, or the
+        requests whose lag fits in the iteration's budget); writes their fresh draft input rows
+        into ``nxt``. True when no request of the batch lags any more.
+
+        The budget is ``catchup_tokens`` but never below ``2 x bs + lag_tokens``: requests are
+        taken largest lag first while they fit, so one iteration clears at least ``2 x bs``
+        tokens (or everything) while its PLAIN step adds ``bs``, and RESYNCING ends."""
         rows_all = [_pool_idx(r) for r in batch.reqs]
         cap = self.lag.capacity
         pending = [(i, r) for i, r in enumerate(rows_all) if self.lag.count[r] > 0]
         if not pending:
             return True
+        budget = max(self.catchup_tokens, 2 * len(rows_all) + cap)
         chosen: list[tuple[int, int]] = []
         used = 0
-        for i, r in pending:
+        for i, r in sorted(pending, key=lambda p: -min(self.lag.count[p[1]], cap)):
             n = min(self.lag.count[r], cap)
-            if chosen and used + n > self.catchup_tokens:
-                break
-            chosen.append((i, r))
-            used += n
+            if used + n <= budget:
+                chosen.append((i, r))
+                used += n
+        chosen.sort()  # batch order
         t0 = time.perf_counter()
         self._draft_extend(batch, nxt, chosen, seq_after, seq_after_cpu)
         dt = time.perf_counter() - t0
