@@ -25,6 +25,7 @@ import attrs
 
 from specfsm.fsm.log import (
     ACTION_FAILED,
+    CATCHUP,
     CONFIG,
     OBSERVATION,
     POLICY_FAILED,
@@ -33,7 +34,15 @@ from specfsm.fsm.log import (
 )
 from specfsm.fsm.table import Event, Mode
 
-KNOWN_EVENTS = (CONFIG, TRANSITION, OBSERVATION, ACTION_FAILED, POLICY_FAILED, POLICY_REPLACED)
+KNOWN_EVENTS = (
+    CONFIG,
+    TRANSITION,
+    OBSERVATION,
+    ACTION_FAILED,
+    POLICY_FAILED,
+    POLICY_REPLACED,
+    CATCHUP,
+)
 _MODES = frozenset(m.value for m in Mode)
 _EVENTS = frozenset(e.name for e in Event)
 #: Event names that would carry a contract violation (the adapter raises SpecStateError today
@@ -84,6 +93,7 @@ class Run:
     action_failed: list[Record] = attrs.Factory(list)
     policy_failed: list[Record] = attrs.Factory(list)
     policy_replaced: list[Record] = attrs.Factory(list)
+    catchups: list[Record] = attrs.Factory(list)
     contract_violations: list[Record] = attrs.Factory(list)
     first_ts: float | None = None
     last_ts: float | None = None
@@ -267,6 +277,8 @@ def _runs_of(records: Iterable[Record]) -> dict[int, list[Run]]:
             run.policy_failed.append(rec)
         elif rec.event == POLICY_REPLACED:
             run.policy_replaced.append(rec)
+        elif rec.event == CATCHUP:
+            run.catchups.append(rec)
         else:
             run.contract_violations.append(rec)
     return ranks

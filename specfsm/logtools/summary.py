@@ -97,6 +97,8 @@ class Stats:
     action_failed: list[Record] = attrs.Factory(list)
     policy_failed: list[Record] = attrs.Factory(list)
     policy_replaced: list[Record] = attrs.Factory(list)
+    #: zero-tax RESYNCING's catch-ups (specfsm.catchup lines)
+    catchups: list[Record] = attrs.Factory(list)
     contract_violations: list[Record] = attrs.Factory(list)
     #: (transition, explained by a failed action at its iteration)
     jumps: list[tuple[Record, bool]] = attrs.Factory(list)
@@ -104,6 +106,18 @@ class Stats:
     observations: int = 0
     #: per mode: (shortest, longest) completed dwell in iterations
     mode_dwell: dict[str, tuple[int, int]] = attrs.Factory(dict)
+
+    def catchup_totals(self) -> dict[str, Any]:
+        """The catch-ups summed: count, lag tokens, requests, ms (total, longest), overflow."""
+        d = [r.data for r in self.catchups]
+        return {
+            "count": len(d),
+            "tokens": sum(int(x.get("tokens", 0)) for x in d),
+            "requests": sum(int(x.get("rows", 0)) for x in d),
+            "ms_total": round(sum(float(x.get("ms", 0.0)) for x in d), 3),
+            "ms_max": round(max((float(x.get("ms", 0.0)) for x in d), default=0.0), 3),
+            "overflow_requests": sum(int(x.get("overflow_rows", 0)) for x in d),
+        }
 
     def add(self, run: Run) -> None:
         self.runs += 1
@@ -129,6 +143,7 @@ class Stats:
         self.action_failed += run.action_failed
         self.policy_failed += run.policy_failed
         self.policy_replaced += run.policy_replaced
+        self.catchups += run.catchups
         self.contract_violations += run.contract_violations
         self.controls += len(run.controls)
         self.observations += len(run.observations)
@@ -168,6 +183,7 @@ class Stats:
                 _brief(r, "policy", "error", "faults", "limit") for r in self.policy_failed
             ],
             "policy_replaced": [_brief(r, "old", "new") for r in self.policy_replaced],
+            "catchups": self.catchup_totals(),
             "contract_violations": [_brief(r) for r in self.contract_violations],
             "unlogged_mode_changes": [
                 {**_brief(t, "src", "dst"), "at_failed_action": ok} for t, ok in self.jumps
@@ -324,6 +340,13 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
             f"{r.data.get('error')}"
         )
     lines.append(f"  policy faults: {len(st.policy_failed)}, replaced: {len(st.policy_replaced)}")
+    if st.catchups:
+        c = st.catchup_totals()
+        lines.append(
+            f"  catch-ups (zero-tax RESYNCING): {c['count']}, {c['tokens']} lag tokens of "
+            f"{c['requests']} requests, {c['ms_total']:.1f} ms (longest {c['ms_max']:.1f}), "
+            f"requests past the lag buffer {c['overflow_requests']}"
+        )
     for r in st.policy_failed[:max_rows]:
         lines.append(
             f"    {r.source}:{r.line} iteration {r.iteration} {r.data.get('policy')} "

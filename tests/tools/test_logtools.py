@@ -494,3 +494,30 @@ def test_failures_from_a_real_machine(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "FAULT: policy broken failed: raised ZeroDivisionError: division by zero" in out
     # the failed SPECULATING->DRAINING is not logged; its FAULT (from DRAINING) reveals it
     assert "mode changes not in the log: 1 (1 at a failed action, 0 unexplained)" in out
+
+
+def test_summary_counts_catchups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Zero-tax RESYNCING's specfsm.catchup lines are known events, summed in the summary
+    (count, lag tokens, requests, ms, requests past the lag buffer), text and JSON."""
+    lines = [
+        *flap_lines(0, extra=True),
+        line(
+            "specfsm.catchup", 0, 7, 107.0, rows=3, tokens=12, ms=1.5, overflow_rows=3, done=False
+        ),
+        line("specfsm.catchup", 0, 8, 108.0, rows=4, tokens=7, ms=2.0, overflow_rows=1, done=True),
+        trans(0, 9, "RESYNCING", "SPECULATING", "RESYNCED"),
+    ]
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    rc, out, _ = run_cli(capsys, "logs", "summary", str(log))
+    assert rc == 0 and "unknown events ignored: 0" in out
+    assert "catch-ups (zero-tax RESYNCING): 2, 19 lag tokens of 7 requests, 3.5 ms" in out
+    rc, out, _ = run_cli(capsys, "logs", "summary", "--json", str(log))
+    assert json.loads(out)["ranks"][0]["catchups"] == {
+        "count": 2,
+        "tokens": 19,
+        "requests": 7,
+        "ms_total": 3.5,
+        "ms_max": 2.0,
+        "overflow_requests": 4,
+    }
