@@ -1,39 +1,17 @@
-"""What the simulator and the tuner print and write: the progress bar, tables, CSV, plots."""
+"""What the simulator and the tuner print and write: tables, CSV, plots (and the progress bar,
+`specfsm.progress`)."""
 
 from __future__ import annotations
 
 import csv
-import sys
-import time
 from collections.abc import Sequence
 
+from specfsm.progress import Progress as _Progress
 from specfsm.sim.engine import RunResult
 
-
 # ------------------------------------------------------------------------------ output
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total: int, label: str = "", enabled: bool = True) -> None:
-        self.total, self.n, self.label = total, 0, label
-        self.enabled = enabled and total > 0
-        self.t0 = time.monotonic()
-
-    def tick(self, what: str = "") -> None:
-        self.n += 1
-        if not self.enabled:
-            return
-        frac = self.n / self.total
-        bar = "#" * int(30 * frac)
-        el = time.monotonic() - self.t0
-        eta = el / frac - el if frac > 0 else 0.0
-        sys.stderr.write(
-            f"\r{self.label} [{bar:<30}] {self.n}/{self.total} "
-            f"{el:5.0f}s eta {eta:4.0f}s {what[:40]:<40}"
-        )
-        if self.n == self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+# the progress bar is specfsm's one bar (specfsm.progress), re-exported for the sim's callers
+Progress = _Progress
 
 
 COLS = (

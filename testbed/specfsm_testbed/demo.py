@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from specfsm import Mode
+from specfsm.progress import Progress
 
 DEFAULT_RAMP = ((2, "few"), (16, "many"), (2, "few"))
 
@@ -46,35 +47,6 @@ class PhaseResult:
         return sum(self.accept_lengths) / len(self.accept_lengths)
 
 
-class ProgressBar:
-    """A one-line text progress bar (stderr)."""
-
-    def __init__(self, label: str, total: int, out: TextIO = sys.stderr, width: int = 30) -> None:
-        self.label, self.total, self.out, self.width = label, max(total, 1), out, width
-        self.t0 = time.perf_counter()
-        self.tty = bool(getattr(out, "isatty", lambda: False)())
-        self.last_draw = 0.0
-        self.done = 0
-
-    def update(self, done: int, force: bool = False) -> None:
-        self.done = done
-        now = time.perf_counter()
-        if not force and (not self.tty or now - self.last_draw < 0.1):
-            return
-        self.last_draw = now
-        frac = min(done / self.total, 1.0)
-        filled = int(self.width * frac)
-        bar = "#" * filled + "." * (self.width - filled)
-        elapsed = time.perf_counter() - self.t0
-        self.out.write(f"\r  {self.label:<12} [{bar}] {done:>5}/{self.total} tok  {elapsed:5.1f}s")
-        self.out.flush()
-
-    def close(self) -> None:
-        self.update(self.done, force=True)
-        self.out.write("\n")
-        self.out.flush()
-
-
 def _prompts(n: int, seed: int) -> list[list[int]]:
     from specfsm_testbed.engine import default_prompts
 
@@ -86,7 +58,8 @@ async def _run_phase(engine: Any, result: PhaseResult, max_new_tokens: int, seed
 
     prompts = _prompts(result.requests, seed)
     done = [0] * len(prompts)
-    bar = ProgressBar(f"{result.name} x{result.requests}", len(prompts) * max_new_tokens)
+    label = f"  {result.name} x{result.requests}"
+    bar = Progress(len(prompts) * max_new_tokens, f"{label:<14}", unit="tok")
     metas: list[dict[str, Any]] = [{} for _ in prompts]
     chunks: list[list[list[int]]] = [[] for _ in prompts]
 
