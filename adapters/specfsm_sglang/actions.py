@@ -58,7 +58,7 @@ class SGLangModeActions:
         w.apply_runtime_state(state)
 
     # SPECULATING -------------------------------------------------------------------------
-    def enter_speculating(self, t: TransitionInfo | None) -> None:
+    def enter_speculating(self, t: TransitionInfo) -> None:
         self._attach(self.spec_state)
 
     def exit_speculating(self, t: TransitionInfo) -> None:
@@ -79,7 +79,7 @@ class SGLangModeActions:
         self.ctl.inflight_wide = 0  # release: specfsm holds no reference to K-wide batches
 
     # PLAIN -------------------------------------------------------------------------------
-    def enter_plain(self, t: TransitionInfo | None) -> None:
+    def enter_plain(self, t: TransitionInfo) -> None:
         # Total and idempotent (the FAULT path runs only this): from any partial state,
         # attach the 1-wide state (and PLAIN's own decode state) and forget any catch-up in
         # progress (a partly caught-up batch keeps its lag: nothing is half-applied).

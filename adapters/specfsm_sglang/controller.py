@@ -176,18 +176,18 @@ class Controller:
         # checked (directory created) in the parent; again here for this rank's path
         log_dest = config.prepare_log(cfg.log, self.rank) if cfg.log else None
         self.log = TransitionLog(json_logger(log_dest) if log_dest else None, rank=self.rank)
-        initial = Mode[cfg.initial_mode]
+        # SGLang attached its K-wide state at start-up: that is SPECULATING's state, so the
+        # machine is born in SPECULATING; initial_mode PLAIN gets there through the table
+        # (LOAD_HIGH, DRAINED: end of __init__), its entry action attaching PLAIN's state.
         self.fsm = SpecFSM(
             make_policy(cfg.policy),
             actions,
-            initial=initial,
+            initial=Mode.SPECULATING,
             log=self.log,
             observe_every=cfg.observe_every,
             observe_seconds=float(cfg.observe_seconds),
             max_policy_faults=cfg.max_policy_faults,
         )
-        # the initial mode's state must be attached before the first forward
-        (actions.enter_speculating if initial is Mode.SPECULATING else actions.enter_plain)(None)
         self.contracts = build_contracts(self, cfg.contracts_every)
         self._subject = BatchSubject(self)
         self.contract_ns = 0
@@ -240,6 +240,9 @@ class Controller:
         )
         for ext in extensions:
             ext.attach(self)
+        if Mode[cfg.initial_mode] is Mode.PLAIN:
+            self.fsm.process_event(Event.LOAD_HIGH, None, "initial_mode: PLAIN")
+            self.fsm.process_event(Event.DRAINED, None, "start-up: no batch in flight")
 
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the

@@ -172,3 +172,38 @@ def test_catch_up_over_several_iterations_and_past_the_buffer(tmp_path: Path) ->
     assert run["moves"][-1] == ("RESYNCING", "SPECULATING")
     assert sum(ln["overflow_rows"] for ln in lines) == len(PROMPTS)
     assert run["counters"]["zero_tax"]["overflow_rows"] == len(PROMPTS)
+
+
+def test_initial_mode_plain_goes_through_the_table(tmp_path: Path) -> None:
+    """initial_mode PLAIN: the machine is born in SPECULATING (the state SGLang attached) and
+    reaches PLAIN through the table at start-up (LOAD_HIGH, DRAINED), no action called outside
+    it; every decode forward is a zero-tax PLAIN step (no draft forward but the prefills');
+    greedy outputs equal."""
+    d = tmp_path / "initial-plain"
+    eng = F.make_fsm_engine(
+        d,
+        policy={"name": "fixed", "speculate": False},
+        config={"initial_mode": "PLAIN"},
+        spec="EAGLE",
+        agree="mid",
+        overlap=True,
+    )
+    try:
+        out = E.generate_greedy(eng, PROMPTS, 16)
+        counters = F.counters(d, wait_s=5)
+    finally:
+        eng.shutdown()
+    assert out == E.AgreeReference()(PROMPTS, 16)
+    moves = [
+        (ln["src"], ln["dst"], ln["iteration"], ln["reason"])
+        for ln in F.transitions(d)
+        if ln.get("event") == "specfsm.transition"
+    ]
+    assert moves == [
+        ("SPECULATING", "DRAINING", 0, "initial_mode: PLAIN"),
+        ("DRAINING", "PLAIN", 0, "start-up: no batch in flight"),
+    ]
+    assert counters["mode_forwards"]["SPECULATING"] == 0
+    assert counters["mode_forwards"]["PLAIN"] >= 15
+    # the only draft forwards are SGLang's prefill draft-extends of the arriving requests
+    assert counters["draft_forwards_by_mode"]["PLAIN"] <= counters["arrivals_by_mode"]["PLAIN"]
