@@ -250,14 +250,25 @@ class Config:
     #: lag tokens one RESYNCING iteration catches up at most (more: RESYNCING spans several
     #: iterations, serving plainly meanwhile); must exceed the largest decode batch
     catchup_tokens: int = attrs.field(default=8192, validator=_v(lambda k, v: check_int(k, v, 2)))
+    #: the policy built while validating `policy`, handed to the first `take_policy()`
+    _built_policy: Policy | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
     @policy.validator
     def _check_policy(self, attribute: attrs.Attribute[Any], value: Any) -> None:
-        make_policy(value)
+        object.__setattr__(self, "_built_policy", make_policy(value))
+
+    def take_policy(self) -> Policy:
+        """The configured policy: the instance validation built, the first time (a config
+        builds its policy once); a fresh one after that (policies keep state)."""
+        built = self._built_policy
+        if built is None:
+            return make_policy(self.policy)
+        object.__setattr__(self, "_built_policy", None)
+        return built
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return tuple(a.name for a in attrs.fields(cls))
+        return tuple(a.name for a in attrs.fields(cls) if a.init)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Config:
@@ -265,7 +276,7 @@ class Config:
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return attrs.asdict(self, filter=lambda a, _: a.init)
 
 
 def requested(environ: Mapping[str, str] | None = None) -> bool:

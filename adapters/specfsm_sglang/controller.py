@@ -180,7 +180,7 @@ class Controller:
         # machine is born in SPECULATING; initial_mode PLAIN gets there through the table
         # (LOAD_HIGH, DRAINED: end of __init__), its entry action attaching PLAIN's state.
         self.fsm = SpecFSM(
-            make_policy(cfg.policy),
+            cfg.take_policy(),
             actions,
             initial=Mode.SPECULATING,
             log=self.log,

@@ -216,3 +216,26 @@ def test_goodput_shape_checked_against_server() -> None:
     assert "chain3 (topk 1, 3 steps, 4 draft tokens)" in text
     assert "tree (topk 4, 2 steps, 8 draft tokens)" in text
     check_policy_shape({"name": "threshold", "high": 9, "low": 1}, server_shape(tree))
+
+
+def test_a_config_builds_its_policy_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation builds the policy and the controller takes that instance (one build per
+    process); asking again gives a fresh policy (policies keep state)."""
+    from specfsm_sglang import config as cfg_mod
+
+    calls: list[object] = []
+    real = cfg_mod.make_policy
+
+    def counting(spec: object, key: str = "policy") -> object:
+        calls.append(spec)
+        return real(spec, key)
+
+    monkeypatch.setattr(cfg_mod, "make_policy", counting)
+    cfg = cfg_mod.resolve({"SPECFSM_POLICY": "threshold:high=9,low=2"}, prepare=False)
+    assert len(calls) == 1
+    first = cfg.take_policy()
+    assert len(calls) == 1
+    second = cfg.take_policy()
+    assert len(calls) == 2 and second is not first
+    allowed = cfg_mod.Config.keys()
+    assert "_built_policy" not in cfg.as_dict() and "_built_policy" not in allowed
