@@ -32,7 +32,7 @@ def main() -> int:
 
     dw = NS(speculative_num_steps=3, speculative_num_draft_tokens=4)
     worker = NS(speculative_num_steps=3, speculative_num_draft_tokens=4, _draft_worker=dw)
-    ctl = NS(worker=worker, topk=1, spec_steps=3, spec_tokens=4)
+    ctl = NS(worker=worker, topk=1, spec_steps=3, spec_tokens=4, zero_tax=None)
     contracts = build_contracts(ctl, 1)
     sub = BatchSubject(ctl)  # type: ignore[arg-type]
     results = {}

@@ -132,7 +132,7 @@ class Bench:
 
         d = self.workdir / name
         schedule = [[self.pre, "PLAIN"], [self.pre + self.plain_its, "SPECULATING"]]
-        with F._env({"SPECFSM_TEST_POLICIES": "1", **env}):
+        with F.temporary_env({"SPECFSM_TEST_POLICIES": "1", **env}):
             eng = F.make_fsm_engine(
                 d,
                 policy={"name": "scripted", "schedule": schedule},

@@ -91,7 +91,7 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
         def check(s: BatchSubject) -> Violation | None:
             """Zero-tax: the target runner holds PLAIN's decode state exactly in PLAIN and
             RESYNCING (a DECODE batch on a verify graph is the seeds' crash class)."""
-            zt = getattr(ctl, "zero_tax", None)
+            zt = ctl.zero_tax
             if zt is None:
                 return None
             tmr = ctl.worker._target_worker.model_runner

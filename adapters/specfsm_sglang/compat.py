@@ -172,6 +172,16 @@ def is_decode_forward(batch: Any) -> bool:
     return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False))
 
 
+def req_pool_idx(req: Any) -> int | None:
+    """A request's req_to_token row, or None before it has one: ``req.kv.req_pool_idx``
+    (0.5.23), ``req.req_pool_idx`` (0.5.17)."""
+    kv = getattr(req, "kv", None)
+    idx = getattr(kv, "req_pool_idx", None) if kv is not None else None
+    if idx is None:
+        idx = getattr(req, "req_pool_idx", None)
+    return None if idx is None else int(idx)
+
+
 def local_batch_size(batch: Any) -> int:
     return int(batch.seq_lens.shape[0]) if batch.seq_lens is not None else 0
 

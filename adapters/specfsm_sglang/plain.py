@@ -1,6 +1,7 @@
 """Zero-tax PLAIN and the batched catch-up of RESYNCING, for EAGLEWorkerV2.
 
-What PLAIN owns (built at start-up, attached by ``enter_plain``, detached by ``exit_plain``):
+What PLAIN owns (built at start-up, attached by ``enter_plain``; RESYNCING keeps it, its exit on
+RESYNCED detaches it):
 
 - a target attention backend and, where CUDA graphs are on, a target DECODE graph runner (one
   token per request, hidden-state capture on). SGLang's speculative engine has no plain decode
@@ -17,11 +18,11 @@ shape of a 1-token verify (accept length 1), so SGLang's speculative result proc
 FutureMap relay and the KV accounting (``kv_committed_len += 1``) are unchanged; the draft fields
 it relays are shape-valid zeros that nothing reads while PLAIN.
 
-RESYNCING (:meth:`ZeroTaxPlain.catch_up`) runs one batched draft-extend, prefill-style with a
-variable length per request, over every lagging request's positions ``[L, L+N)`` fed with
-``(h_p, x_{p+1})``, modelled on SGLang's ``_draft_extend_for_prefill``: it writes the draft KV
-those steps missed and installs the draft input (top-k, draft hidden state) a draft kept warm
-every step would have. Then the iteration's 1-wide warm step runs as before.
+A RESYNCING step (``forward(resync=True)``) is a PLAIN step followed by one batched
+draft-extend, prefill-style with a variable length per request, over every lagging request's
+positions ``[L, L+N)`` fed with ``(h_p, x_{p+1})``, modelled on SGLang's
+``_draft_extend_for_prefill``: it writes the draft KV those steps missed and relays the draft
+input (top-k, draft hidden state) a draft kept warm every step would have.
 
 This module imports torch and SGLang: it is adapter code.
 """
@@ -29,12 +30,16 @@ This module imports torch and SGLang: it is adapter code.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from specfsm_sglang import compat
 
 #: A request whose lag passed its ring is caught up over its newest ``lag_tokens`` positions;
 #: its older draft KV stays stale (lower acceptance for a while), counted as ``overflow_rows``.
@@ -83,9 +88,14 @@ class LagBuffer:
             + self.hidden.numel() * self.hidden.element_size()
         )
 
+    @staticmethod
+    def token_bytes(width: int, dtype: torch.dtype) -> int:
+        """Bytes one lagging position takes: its target hidden states and its token."""
+        return width * torch.empty((), dtype=dtype).element_size() + 8
+
     @property
     def bytes_per_token(self) -> int:
-        return int(self.width * self.hidden.element_size() + self.tokens.element_size())
+        return self.token_bytes(self.width, self.hidden.dtype)
 
     def reset(self, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
         for r in rows:
@@ -97,18 +107,24 @@ class LagBuffer:
 
     def record(
         self, rows: list[int], rows_dev: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor
-    ) -> None:
-        """Append one position per row: ``hidden[i]`` (h_p) and ``tokens[i]`` (x_{p+1}).
+    ) -> int:
+        """Append one position per row: ``hidden[i]`` (h_p) and ``tokens[i]`` (x_{p+1});
+        returns the largest lag among the rows.
 
         Device-side ring positions (no host-to-device copy, no stream sync on the hot path);
         the host mirror ``count`` plans the catch-up."""
+        count = self.count
+        peak = 0
         for r in rows:
-            self.count[r] += 1
+            count[r] += 1
+            if count[r] > peak:
+                peak = count[r]
         c = self.count_dev[rows_dev]
         slot = c % self.capacity
         self.hidden[rows_dev, slot] = hidden.to(self.hidden.dtype)
         self.tokens[rows_dev, slot] = tokens.to(torch.int64)
         self.count_dev[rows_dev] = c + 1
+        return peak
 
     def gather(self, rows: list[int], lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """The newest ``lens[i]`` positions of each row, oldest first, concatenated."""
@@ -184,7 +200,7 @@ class ZeroTaxPlain:
         self.graph_bytes = max(0, free0 - _free_bytes(device))
         width, dtype = target_capture_width(worker)
         slots = int(worker.req_to_token_pool.req_to_token.shape[0])
-        need = slots * lag_tokens * (width * torch.empty((), dtype=dtype).element_size() + 8)
+        need = slots * lag_tokens * LagBuffer.token_bytes(width, dtype)
         free = _free_bytes(device)
         if free and need > free // 2:
             from specfsm_sglang.config import ConfigError
@@ -192,7 +208,7 @@ class ZeroTaxPlain:
             raise ConfigError(
                 "lag_tokens",
                 f"the lag buffer needs {need / 2**30:.2f} GiB ({slots} request slots x "
-                f"{lag_tokens} tokens x {need // (slots * lag_tokens)} bytes) and only "
+                f"{lag_tokens} tokens x {LagBuffer.token_bytes(width, dtype)} bytes) and only "
                 f"{free / 2**30:.2f} GiB are free after SGLang's pools (at most half is used); "
                 'lower lag_tokens, lower --mem-fraction-static, or use "plain": "warm"',
             )
@@ -301,11 +317,10 @@ class ZeroTaxPlain:
                 f"{None if hidden is None else tuple(hidden.shape)}; the draft needs "
                 f"[{bs}, {self.lag.width}]"
             )
-        self.lag.record(rows, rows_dev, hidden[:bs], next_ids)
+        peak = self.lag.record(rows, rows_dev, hidden[:bs], next_ids)
         st = self.stats
         st.plain_forwards += 1
         st.recorded_tokens += bs
-        peak = max((self.lag.count[r] for r in rows), default=0)
         if peak > st.peak_lag:
             st.peak_lag = peak
         nxt = EagleDraftInput(bonus_tokens=next_ids.to(torch.int32))
@@ -334,13 +349,7 @@ class ZeroTaxPlain:
             "new_seq_lens": new_seq_lens,
             "extra_keep_alive_refs": [fb],
         }
-        if _HAS_ACCEPT_INDEX.get(GenerationBatchResult) is None:
-            import dataclasses
-
-            _HAS_ACCEPT_INDEX[GenerationBatchResult] = "accept_index" in {
-                f.name for f in dataclasses.fields(GenerationBatchResult)
-            }
-        if _HAS_ACCEPT_INDEX[GenerationBatchResult]:  # 0.5.23 (not 0.5.17)
+        if _has_field(GenerationBatchResult, "accept_index"):  # 0.5.23 (not 0.5.17)
             fields["accept_index"] = torch.arange(
                 bs, dtype=torch.int32, device=next_ids.device
             ).unsqueeze(1)
@@ -350,15 +359,11 @@ class ZeroTaxPlain:
     def note_prefill(self, batch: Any) -> None:
         """A prefill (or mixed) forward ran SGLang's draft-extend over its new requests: their
         draft is warm, their lag starts at zero."""
-        rows = [i for i in map(_pool_idx_or_none, batch.reqs) if i is not None]
+        rows = [i for i in map(compat.req_pool_idx, batch.reqs) if i is not None]
         if len(rows) == len(batch.reqs) and batch.req_pool_indices is not None:
             self.lag.reset(rows, batch.req_pool_indices)
         else:
             self.lag.reset(rows)
-
-    def total_lag(self, batch: Any) -> int:
-        cap = self.lag.capacity
-        return sum(min(self.lag.count[_pool_idx(r)], cap) for r in batch.reqs)
 
     # ---------------------------------------------------------------- RESYNCING
     def _catch_up(
@@ -487,21 +492,14 @@ class ZeroTaxPlain:
             nxt.hidden_states[idx_dev] = logits_output.hidden_states.to(nxt.hidden_states.dtype)
 
 
-_HAS_ACCEPT_INDEX: dict[Any, bool] = {}
-
-
-def _pool_idx_or_none(req: Any) -> int | None:
-    """A request's req_to_token row: ``req.kv.req_pool_idx`` (0.5.23), ``req.req_pool_idx``
-    (0.5.17)."""
-    kv = getattr(req, "kv", None)
-    idx = getattr(kv, "req_pool_idx", None) if kv is not None else None
-    if idx is None:
-        idx = getattr(req, "req_pool_idx", None)
-    return None if idx is None else int(idx)
+@functools.cache
+def _has_field(cls: type, name: str) -> bool:
+    """Whether SGLang's dataclass ``cls`` has field ``name`` (fields differ between versions)."""
+    return name in {f.name for f in dataclasses.fields(cls)}
 
 
 def _pool_idx(req: Any) -> int:
-    idx = _pool_idx_or_none(req)
+    idx = compat.req_pool_idx(req)
     if idx is None:
         raise RuntimeError(f"request {getattr(req, 'rid', '?')} has no req_to_token row")
     return idx

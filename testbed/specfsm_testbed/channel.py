@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specfsm_sglang import compat
 from specfsm_sglang.controller import Controller, ControllerObserver
 
 from specfsm import Mode, ModeActions, SpecFSMError, TransitionInfo, TransitionRecord
@@ -217,9 +218,7 @@ class TestChannelExtension:
 
     __test__ = False
 
-    def __init__(
-        self, test_dir: str, keep_int32: bool = False, skip_catchup: bool = False
-    ) -> None:
+    def __init__(self, test_dir: str, keep_int32: bool = False, skip_catchup: bool = False) -> None:
         self.test_dir = test_dir
         self.keep_int32 = keep_int32
         self.skip_catchup = skip_catchup
@@ -261,16 +260,10 @@ def _skip_catchup(zt: Any) -> None:
     zeros PLAIN relayed (cold re-entry)."""
 
     def cold(batch: Any, *args: Any, **kwargs: Any) -> bool:
-        zt.lag.reset([r for r in (_row(q) for q in batch.reqs) if r is not None])
+        zt.lag.reset([r for r in map(compat.req_pool_idx, batch.reqs) if r is not None])
         return True
 
     zt._catch_up = cold
-
-
-def _row(req: Any) -> int | None:
-    kv = getattr(req, "kv", None)
-    idx = getattr(kv, "req_pool_idx", None) if kv is not None else None
-    return None if idx is None else int(idx)
 
 
 def _keep_int32_candidates(worker: Any) -> None:

@@ -22,7 +22,9 @@ from specfsm_testbed import engine as E
 
 
 @contextlib.contextmanager
-def _env(values: dict[str, str]) -> Iterator[None]:
+def temporary_env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` (and so in processes spawned meanwhile), restored
+    afterwards (a variable that was unset is removed again)."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -61,7 +63,7 @@ def make_fsm_engine(
     **engine_kwargs: Any,
 ) -> Any:
     """A started CPU engine with specfsm on, its test channel and JSON log in `test_dir`."""
-    with _env(fsm_env(test_dir, policy, config)):
+    with temporary_env(fsm_env(test_dir, policy, config)):
         return E.make_engine(**engine_kwargs)
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -155,22 +154,13 @@ MAX_NEW_TOKENS = 25  # 1 prefill token + 6 chain verifies of 4 tokens at the ful
 RUNS = {"nospec": ("full", None), "full": ("full", "EAGLE"), "mid": ("mid", "EAGLE")}
 
 
-@contextlib.contextmanager
-def _agree_env(site: Path, rate: str) -> Iterator[None]:
+def _agree_env(site: Path, rate: str) -> contextlib.AbstractContextManager[None]:
     """SPECFSM_AGREE and a PYTHONPATH with the hook's sitecustomize.py, for the engine's
     spawned processes (they copy the environment at spawn); restored afterwards."""
-    keys = ("PYTHONPATH", "SPECFSM_AGREE")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), saved["PYTHONPATH"]) if p)
-    os.environ["SPECFSM_AGREE"] = rate
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from specfsm_testbed.fsm import temporary_env
+
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    return temporary_env({"PYTHONPATH": path, "SPECFSM_AGREE": rate})
 
 
 @pytest.fixture(scope="module")

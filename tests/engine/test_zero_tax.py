@@ -47,7 +47,7 @@ def _run(
     """One engine: greedy outputs, accept lengths per K-wide round, transitions, catch-up log
     lines, counters."""
     env = {SKIP_CATCHUP_ENV: "1"} if cold else {}
-    with F._env(env):
+    with F.temporary_env(env):
         eng = F.make_fsm_engine(
             d,
             policy=SCHEDULE,
