@@ -14,9 +14,23 @@ One *run* serves one load trace with one controller. Each iteration:
    verify + a 1-token draft-extend that keeps the draft warm: SGLang steps=0, vLLM K=0,
    specfsm's warm PLAIN), RESYNC (a zero-tax PLAIN step + a batched draft-extend over every
    request's lag tokens, `CostModel.resync_ms`; the catch-up is an estimate from the table's
-   draft-extend rows, not a measurement).
+   draft-extend rows, not a measurement), SKIP0 (SGLang steps=0 with
+   SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: priced as `CostModel.zero_tax_ms`, a plain decode
+   step; the draft is not extended, its lag grows; see `specfsm.sim.baselines`).
 3. cost from the *scoring* CostModel, tokens: SPEC commits 1 + n per request with n sampled
    from the acceptance model (per-depth Bernoulli, `specfsm.acceptance`); others commit 1.
+   A controller with ``cold_return = True`` (the skip-flag SGLang peer) re-enters cold: a
+   request whose draft fell behind (lag > 0) at a SPEC iteration accepts less for its next
+   `baselines.COLD_ROUNDS` SPEC rounds (accepted drafts x `baselines.COLD_EXTRA_FACTOR`, the
+   CPU test bed's measurement); the other controllers' drafts never re-enter cold (warm steps,
+   or a catch-up before SPEC).
+4. after the iteration the engine calls ``controller.observe_step(plan, bs, decode_ms)`` (the
+   scored decode cost of the iteration, 0 when nothing decoded), then ``controller.after``.
+
+Phases (`run(phase_s=...)`): simulated time is cut into windows of `phase_s` seconds; a run
+records the tokens committed by the iterations ending in each window (`RunResult.phase_tokens`)
+and every finished request's finish time (`RunResult.finish_t_s`), which is what the per-phase
+oracle (`specfsm.sim.oracle`) is built from.
 
 The controllers are in `specfsm.sim.peers`, the load traces in `specfsm.sim.traces`.
 
@@ -35,11 +49,14 @@ import attrs
 from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import (
     DraftShape,
+    accept_length,
+    alpha_from_accept_length,
     depth_accept_probs,
 )
 from specfsm.model.costs import (
     CostModel,
 )
+from specfsm.sim.baselines import COLD_EXTRA_FACTOR, COLD_ROUNDS, SKIP0
 from specfsm.sim.peers import (
     PLAIN,
     SPEC,
@@ -72,6 +89,11 @@ class RunResult:
     #: per wall-clock window (`run(tpot_window_s=...)`) with decoding requests: request-ms
     #: spent decoding / tokens committed in it, i.e. that window's TPOT
     window_tpot_ms: list[float] = attrs.Factory(list)
+    #: per finished request, aligned with tpot_ms: its finish time (simulated s)
+    finish_t_s: list[float] = attrs.Factory(list)
+    #: `run(phase_s=...)`: the phase length (s) and the tokens committed in each phase
+    phase_s: float = 0.0
+    phase_tokens: list[int] = attrs.Factory(list)
 
     @property
     def switches_per_100(self) -> float:
@@ -184,6 +206,7 @@ class _Requests:
         self.lag = np.zeros(cap, dtype=np.int64)
         self.decoding = np.zeros(cap, dtype=bool)
         self.ctx_len = np.zeros(cap, dtype=np.int64)  # KV length: prompt + committed tokens
+        self.cold = np.zeros(cap, dtype=np.int64)  # cold rounds left (skip-flag re-entry)
         self.free_idx = np.arange(cap)
 
     def n_alive(self) -> int:
@@ -210,6 +233,7 @@ class _Requests:
         self.remaining[slots] = o - 1
         self.t_arrive[slots] = arrivals
         self.lag[slots] = 0
+        self.cold[slots] = 0
         self.ctx_len[slots] = p
         return slots, p
 
@@ -262,6 +286,7 @@ class _Decode:
             rho,
         )
         self._cum: dict[tuple[DraftShape, float], Any] = {}
+        self._cold_alpha: dict[tuple[DraftShape, float, str], float] = {}
 
     def cum_for(self, shape: DraftShape, a: float) -> Any:
         key = (shape, round(a, 4))
@@ -283,15 +308,20 @@ class _Decode:
             a = self.alpha if self.accept_len_fn is None else self.accept_len_fn(t)
             ms = cost.spec_ms(bs, shape)
             u = self.rng.random(bs)
-            tokens = (u[:, None] < self.cum_for(shape, a)[None, :]).sum(axis=1) + 1
+            cum = self.cum_for(shape, a)
+            tokens = (u[:, None] < cum[None, :]).sum(axis=1) + 1
+            if getattr(ctl, "cold_return", False):
+                tokens = self._cold(tokens, u, shape, a, reqs)
             ctl.feed(shape, float(tokens.mean()), bs)
             reqs.lag[dec] = 0
             return ms, tokens, int(tokens.sum())
         if kind == PLAIN:
             reqs.lag[dec] += 1
             return cost.plain_ms(bs), 1, bs
-        if kind == ZERO_TAX:
+        if kind in (ZERO_TAX, SKIP0):
             reqs.lag[dec] += 1
+            if kind == SKIP0 and isinstance(ctl, SGLangAdaptiveController):
+                ctl.feed_steps0(bs)
             return cost.zero_tax_ms(bs), 1, bs
         if kind == WARM:
             if isinstance(ctl, SGLangAdaptiveController):
@@ -302,12 +332,43 @@ class _Decode:
         reqs.lag[dec] = 0
         return cost.resync_ms(bs, lag_total), 1, bs
 
+    def cold_alpha(self, shape: DraftShape, a: float) -> float:
+        """The alpha whose accept length for `shape` has `COLD_EXTRA_FACTOR` x the accepted
+        drafts of alpha `a`'s (a cold round after the skip flag's steps=0)."""
+        key = (shape, round(a, 4), "cold")
+        c = self._cold_alpha.get(key)
+        if c is None:
+            acc = accept_length(a, shape, self.rho)
+            c = alpha_from_accept_length(1.0 + COLD_EXTRA_FACTOR * (acc - 1.0), shape, self.rho)
+            self._cold_alpha[key] = c
+        return c
+
+    def _cold(self, tokens: Any, u: Any, shape: DraftShape, a: float, reqs: _Requests) -> Any:
+        """Re-sample the tokens of the cold rows of this SPEC iteration (the same uniforms,
+        the cold alpha), and count their cold rounds down."""
+        np = self.np
+        dec = reqs.decoding
+        lag = reqs.lag[dec]
+        cold = reqs.cold[dec]
+        cold = np.where(lag > 0, COLD_ROUNDS, cold)
+        rows = cold > 0
+        if rows.any():
+            cum = self.cum_for(shape, self.cold_alpha(shape, a))
+            tokens = tokens.copy()
+            tokens[rows] = (u[rows][:, None] < cum[None, :]).sum(axis=1) + 1
+        reqs.cold[dec] = np.maximum(cold - 1, 0)
+        return tokens
+
 
 class _Meter:
     """What a run measures, inside the window after the warm-up iterations."""
 
-    def __init__(self, record_timeline: bool, tpot_window_s: float) -> None:
+    def __init__(self, record_timeline: bool, tpot_window_s: float, phase_s: float = 0.0) -> None:
         self.tpot_window_s = tpot_window_s
+        self.phase_s = phase_s
+        self.phase_tokens: list[int] = []
+        self.finish_t: list[float] = []
+        self.last_spec_shape: DraftShape | None = None
         self.tpots: list[float] = []
         self.decode_ms: list[float] = []
         self.decode_tokens: list[int] = []
@@ -323,18 +384,32 @@ class _Meter:
 
     def switch(self, ctl: Controller, plan: Plan, in_window: bool) -> None:
         """Count a switch (inside the measured window only): an FSM's DRAINING / RESYNCING
-        iteration, a peer's change of what it runs."""
+        iteration or a shape change between two consecutive SPEC iterations (a RESHAPE); a
+        peer's change of what it runs (its draft shape, or speculating or not)."""
         if isinstance(ctl, FSMController):
             if (plan.mode is Mode.DRAINING or plan.mode is Mode.RESYNCING) and in_window:
                 self.switches += 1
+            prev = self.last_spec_shape
+            if plan.kind == SPEC:
+                if prev is not None and plan.shape != prev and in_window:
+                    self.switches += 1
+                self.last_spec_shape = plan.shape
+            else:
+                self.last_spec_shape = None
             return
-        if isinstance(ctl, SGLangAdaptiveController):
-            sig: object = plan.shape.steps if plan.shape is not None else 0
-        else:
-            sig = plan.kind == SPEC
+        sig: object = plan.shape if plan.kind == SPEC else None
         if self.last_sig is not None and sig != self.last_sig and in_window:
             self.switches += 1
         self.last_sig = sig
+
+    def phase_add(self, t: float, produced: int) -> None:
+        """Tokens committed by an iteration ending at `t` go to phase floor(t / phase_s)."""
+        if self.phase_s <= 0:
+            return
+        p = int(t / self.phase_s)
+        while len(self.phase_tokens) <= p:
+            self.phase_tokens.append(0)
+        self.phase_tokens[p] += produced
 
     def iteration(
         self, t: float, dt: float, ms: float, bs: int, n_tok: int, plan: Plan, in_window: bool
@@ -352,6 +427,7 @@ class _Meter:
         """Requests that finished at `t`: TPOT, decode time and tokens, TTFT."""
         tp = (t - t_first) / np.maximum(out_len - 1, 1) * 1000.0
         self.tpots.extend(tp.tolist())
+        self.finish_t.extend([t] * len(tp))
         self.decode_ms.extend(((t - t_first) * 1000.0).tolist())
         self.decode_tokens.extend(np.maximum(out_len - 1, 1).tolist())
         self.ttfts.extend(((t_first - t_arrive) * 1000.0).tolist())
@@ -377,6 +453,9 @@ class _Meter:
                 for w in sorted(self.win_req_ms)
                 if self.win_tok[w]
             ],
+            finish_t_s=self.finish_t,
+            phase_s=self.phase_s,
+            phase_tokens=self.phase_tokens,
         )
 
 
@@ -395,6 +474,7 @@ def run(
     accept_len_fn: Callable[[float], float] | None = None,
     lazy_draft_prefill: bool = False,
     tpot_window_s: float = 1.0,
+    phase_s: float | None = None,
 ) -> RunResult:
     """Serve `load` with `controller`, costs from `cost`, per-token acceptance `alpha`.
 
@@ -406,6 +486,8 @@ def run(
     prefill path, draft included, so the draft pays its prefill even while PLAIN). A
     controller's own `lazy_draft_prefill` attribute turns it on for that controller too.
     `tpot_window_s`: the wall-clock window of `RunResult.tpot_wall_avg`.
+    `phase_s`: record the tokens committed per phase of that many simulated seconds
+    (`RunResult.phase_tokens`, from t = 0: warm-up iterations count too).
     """
     import numpy as np
 
@@ -415,7 +497,8 @@ def run(
     reqs = _Requests(np, wl, np.random.default_rng([seed, 1]))
     decode = _Decode(np, np.random.default_rng([seed, 2]), alpha, accept_len_fn, rho)
     arrivals = _Arrivals(load, np.random.default_rng([seed, 3]))
-    meter = _Meter(record_timeline, tpot_window_s)
+    meter = _Meter(record_timeline, tpot_window_s, phase_s or 0.0)
+    observe = getattr(controller, "observe_step", None)  # Controller.observe_step (issue 13)
     ctx_aware = len(cost.contexts) > 1  # several contexts: price at the batch's mean KV length
     is_fsm = isinstance(controller, FSMController)
     lazy = lazy_draft_prefill or controller.lazy_draft_prefill
@@ -441,12 +524,15 @@ def run(
             reqs.lag[slots] = prompts
         tokens: Any = 1
         n_tok = bs
+        decode_ms = 0.0
         if bs:
             step_cost = cost.at_ctx_bucket(mean_ctx) if ctx_aware else cost
             decode_ms, tokens, n_tok = decode.run(plan, bs, t, step_cost, reqs, controller)
             ms += decode_ms
             if is_fsm:  # what the policy sees next iteration: this iteration's verifies
                 accept_lens = tuple(tokens.tolist()) if plan.kind == SPEC else ()
+        if observe is not None:
+            observe(plan, bs, decode_ms)
         controller.after(plan)
         in_window = it >= warmup_iterations
         meter.switch(controller, plan, in_window)
@@ -456,6 +542,7 @@ def run(
             meter.win_t0 = t - dt
         meter.iteration(t, dt, ms, bs, n_tok, plan, in_window)
         produced = reqs.commit(t, tokens, slots, meter if in_window else None)
+        meter.phase_add(t, produced)
         if in_window:
             meter.win_tokens += produced
         it += 1
