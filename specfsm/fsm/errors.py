@@ -24,6 +24,21 @@ class InvalidTransition(SpecFSMError):
         )
 
 
+class InvalidShape(InvalidTransition):
+    """A shape request the machine refuses: RESHAPE without a shape, a shape with another event,
+    a shape outside the allowed set, or the current shape again. Mode and shape are unchanged."""
+
+    def __init__(self, mode: Mode, event: Event, detail: str) -> None:
+        self.mode = mode
+        self.event = event
+        self.detail = detail
+        SpecFSMError.__init__(
+            self,
+            f"invalid shape request: event {event.name} in mode {mode.name}: {detail} "
+            f"(mode and shape are unchanged; see specfsm.fsm.table.SHAPE_EVENTS)",
+        )
+
+
 class ModeActionError(SpecFSMError):
     """A mode's entry or exit action raised. The machine went to the safe mode (PLAIN)."""
 

@@ -6,7 +6,10 @@ Event names (fixed; tools and offline replay key on them):
                          with the iteration it took effect at
   specfsm.transition     per transition: ts, src, dst, trigger (the FSM event; `event` is
                          structlog's own key, the line's name), reason, bs, policy inputs,
-                         action durations in microseconds
+                         action durations in microseconds; a shape change (trigger RESHAPE, src
+                         = dst) adds shape_from / shape_to (DraftShape labels, e.g. "chain3";
+                         shape_from null when the launch shape was never named) and shape_us
+                         (its one action's duration; exit_us / enter_us are null)
   specfsm.observation    sampled policy inputs and the mode (every N iterations / T seconds)
 
 Policy inputs on transition and observation lines: bs, running, queued, accept_lens, and
@@ -33,12 +36,15 @@ import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, TextIO, cast
+from typing import IO, TYPE_CHECKING, Any, TextIO, cast
 
 import structlog
 
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
+
+if TYPE_CHECKING:
+    from specfsm.model.acceptance import DraftShape
 
 CONFIG = "specfsm.config"
 TRANSITION = "specfsm.transition"
@@ -145,19 +151,39 @@ class TransitionLog:
         obs: Observation | None,
         exit_us: float | None,
         enter_us: float | None,
+        shape: DraftShape | None = None,
+        prev_shape: DraftShape | None = None,
+        shape_us: float | None = None,
     ) -> None:
-        self._log.info(
-            TRANSITION,
-            rank=self.rank,
-            iteration=iteration,
-            src=src.value,
-            dst=dst.value,
-            trigger=event.name,
-            reason=reason,
-            **(_NO_OBS if obs is None else self._obs(obs, src)),
-            exit_us=exit_us,
-            enter_us=enter_us,
-        )
+        if shape is None:
+            self._log.info(
+                TRANSITION,
+                rank=self.rank,
+                iteration=iteration,
+                src=src.value,
+                dst=dst.value,
+                trigger=event.name,
+                reason=reason,
+                **(_NO_OBS if obs is None else self._obs(obs, src)),
+                exit_us=exit_us,
+                enter_us=enter_us,
+            )
+        else:
+            self._log.info(
+                TRANSITION,
+                rank=self.rank,
+                iteration=iteration,
+                src=src.value,
+                dst=dst.value,
+                trigger=event.name,
+                reason=reason,
+                **(_NO_OBS if obs is None else self._obs(obs, src)),
+                exit_us=exit_us,
+                enter_us=enter_us,
+                shape_from=prev_shape.label() if prev_shape is not None else None,
+                shape_to=shape.label(),
+                shape_us=shape_us,
+            )
         if dst is Mode.SPECULATING and src is not Mode.SPECULATING:
             self.speculating_since = iteration
 

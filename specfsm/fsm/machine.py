@@ -6,6 +6,16 @@ log line. Only a real event goes through `process_event`, which checks the table
 event raises `InvalidTransition` with the mode unchanged) and fires the `transitions` trigger;
 its state callbacks run the mode actions (exit(src), then enter(dst)).
 
+Shapes: a shape event (RESHAPE, `specfsm.fsm.table.SHAPE_EVENTS`) is an internal self-transition
+of the table (`dest=None` for `transitions`): no exit/enter; its transition's `after` callback
+runs the one action `reshape_speculating`. `process_event(Event.RESHAPE, obs, reason,
+shape=new)` needs the shape; a shape with any other event, a shape outside `shapes` (when not
+empty), or the current shape again raises `InvalidShape` (an `InvalidTransition`) with mode and
+shape unchanged. `shape` becomes `new` only once the action succeeded; a failing action faults
+to PLAIN as any other, the shape unchanged. A policy asks for a shape by returning
+Event.RESHAPE with the shape in its `next_shape` attribute; a missing or refused one is a
+policy fault (below).
+
 When an action raises, the `on_exception` handler logs `specfsm.action_failed` and fires FAULT
 (in the table from every mode, so the diagram shows the path) to the safe mode PLAIN, whose
 entry action must be total; `process_event` then raises `ModeActionError` chained to the cause.
@@ -13,8 +23,9 @@ If the fault path itself fails, the machine marks itself failed (`failed` is Tru
 call raises `MachineFailed`, and the engine must stop rather than serve in an unknown mode.
 
 Policy faults never stop the engine: a policy whose `decide` raises, returns something that is
-neither None nor an Event, returns a completion event, or returns a load event the table does
-not accept in the current mode is *faulted*: one `specfsm.policy_failed` line (policy, iteration,
+neither None nor an Event, returns a completion event, returns a load or shape event the table
+does not accept in the current mode, or a RESHAPE whose `next_shape` the machine refuses is
+*faulted*: one `specfsm.policy_failed` line (policy, iteration,
 error), `policy_faults` counted, FAULT to the safe mode PLAIN, and `step` returns Event.FAULT
 (the reason, a `PolicyError`, is in `last_policy_error`). After `max_policy_faults` faults of the
 same policy it is replaced by `FixedPolicy(False)` (stay PLAIN), logged once as
@@ -26,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -34,11 +45,27 @@ from transitions import Machine
 
 from specfsm.fsm.actions import ModeActions, NoopActions, action_name, bind_actions
 from specfsm.fsm.decision import FixedPolicy, Policy, policy_name
-from specfsm.fsm.errors import InvalidTransition, MachineFailed, ModeActionError, PolicyError
+from specfsm.fsm.errors import (
+    InvalidShape,
+    InvalidTransition,
+    MachineFailed,
+    ModeActionError,
+    PolicyError,
+)
 from specfsm.fsm.log import TransitionLog
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.record import TransitionRecord
-from specfsm.fsm.table import INITIAL_MODE, LOAD_EVENTS, SAFE_MODE, TRANSITIONS, Event, Mode
+from specfsm.fsm.table import (
+    INITIAL_MODE,
+    POLICY_EVENTS,
+    SAFE_MODE,
+    SHAPE_EVENTS,
+    SHAPE_TRANSITIONS,
+    TRANSITIONS,
+    Event,
+    Mode,
+)
+from specfsm.model.acceptance import DraftShape
 
 __all__ = [
     "DEFAULT_MAX_POLICY_FAULTS",
@@ -63,6 +90,7 @@ def quiet_transitions_logger() -> None:
 
 _LOAD_HIGH = Event.LOAD_HIGH  # module-level aliases: identity checks on the per-iteration path
 _LOAD_LOW = Event.LOAD_LOW
+_RESHAPE = Event.RESHAPE
 
 #: Faults of one policy after which it is replaced by FixedPolicy(False) (stay PLAIN).
 DEFAULT_MAX_POLICY_FAULTS = 3
@@ -76,6 +104,7 @@ class _Pending:
     obs: Observation | None
     exit_us: float | None = None
     enter_us: float | None = None
+    shape_us: float | None = None
     failed_action: str | None = None
     error: BaseException | None = None
 
@@ -87,11 +116,14 @@ class _Model:
 
 
 def machine_config() -> dict[str, Any]:
-    """`transitions.Machine` keyword arguments generated from TRANSITIONS (also for diagrams)."""
+    """`transitions.Machine` keyword arguments generated from TRANSITIONS (also for diagrams).
+
+    A shape event's self-transition is internal (`dest` None: `transitions` runs no exit/enter
+    callbacks for it, and its diagrams draw it as a self-loop marked internal)."""
     return {
         "states": list(Mode),
         "transitions": [
-            {"trigger": event.value, "source": src, "dest": dst}
+            {"trigger": event.value, "source": src, "dest": None if event in SHAPE_EVENTS else dst}
             for src, row in TRANSITIONS.items()
             for event, dst in row.items()
         ],
@@ -114,6 +146,8 @@ class SpecFSM:
         observe_every: int = 0,
         observe_seconds: float = 0.0,
         max_policy_faults: int = DEFAULT_MAX_POLICY_FAULTS,
+        shapes: Sequence[DraftShape] = (),
+        shape: DraftShape | None = None,
     ) -> None:
         if observe_every < 0 or observe_seconds < 0:
             raise ValueError("observe_every and observe_seconds must be >= 0 (0 = off)")
@@ -121,6 +155,16 @@ class SpecFSM:
             raise TypeError(f"max_policy_faults must be an int, got {max_policy_faults!r}")
         if max_policy_faults < 1:
             raise ValueError(f"max_policy_faults must be >= 1, got {max_policy_faults}")
+        bad = [x for x in (*shapes, shape) if x is not None and not isinstance(x, DraftShape)]
+        if bad:
+            raise TypeError(f"shapes and shape must be DraftShape, got {bad[0]!r}")
+        #: the allowed draft shapes (empty: any); `_shape`: the current one (None: the launch's)
+        self._shapes: tuple[DraftShape, ...] = tuple(dict.fromkeys(shapes))
+        if shape is not None and self._shapes and shape not in self._shapes:
+            raise ValueError(
+                f"shape {shape.label()} is not one of shapes {[x.label() for x in self._shapes]}"
+            )
+        self._shape: DraftShape | None = shape
         self._policy: Policy = policy if policy is not None else FixedPolicy(True)
         self.max_policy_faults = max_policy_faults
         #: Policy faults over the machine's life (metrics); `_strikes`: of the current policy.
@@ -147,6 +191,9 @@ class SpecFSM:
             state = self._machine.get_state(mode)
             state.add_callback("exit", self._on_exit)
             state.add_callback("enter", self._on_enter)
+        for mode, event in SHAPE_TRANSITIONS:
+            for tr in self._machine.events[event.value].transitions[mode.name]:
+                tr.add_callback("after", self._on_shape)
         self._triggers = {ev: self._machine.events[ev.value] for ev in Event}
         self._pending: _Pending | None = None
         self._in_fault = False
@@ -162,6 +209,17 @@ class SpecFSM:
         """The current mode."""
         mode: Mode = self._model.mode
         return mode
+
+    @property
+    def shape(self) -> DraftShape | None:
+        """The current draft shape (None: not set, the engine's launch shape). Kept across
+        PLAIN: the shape SPECULATING resumes with."""
+        return self._shape
+
+    @property
+    def shapes(self) -> tuple[DraftShape, ...]:
+        """The draft shapes a RESHAPE may choose (empty: any)."""
+        return self._shapes
 
     @property
     def policy(self) -> Policy:
@@ -197,28 +255,55 @@ class SpecFSM:
             self._maybe_observe(obs, mode)
         if event is None:
             return None
-        if event is not _LOAD_HIGH and event is not _LOAD_LOW:
+        if event is not _LOAD_HIGH and event is not _LOAD_LOW and event is not _RESHAPE:
             return self._policy_fault(obs, mode, None, event)
         if event not in TRANSITIONS[mode]:
             return self._policy_fault(obs, mode, None, event)
+        if event is _RESHAPE:
+            return self._policy_reshape(obs, mode)
         self.process_event(event, obs, getattr(self._policy, "last_reason", ""))
         return event
 
+    def _policy_reshape(self, obs: Observation, mode: Mode) -> Event:
+        """The policy returned RESHAPE (legal in `mode`): apply its `next_shape`, or fault it."""
+        policy = self._policy
+        shape = getattr(policy, "next_shape", None)
+        try:
+            self.process_event(_RESHAPE, obs, getattr(policy, "last_reason", ""), shape=shape)
+        except InvalidShape as err:  # mode and shape unchanged
+            return self._policy_fault(
+                obs,
+                mode,
+                None,
+                _RESHAPE,
+                f"emitted RESHAPE with next_shape {shape!r:.80}: {err.detail}",
+            )
+        return _RESHAPE
+
     def _policy_fault(
-        self, obs: Observation, mode: Mode, exc: Exception | None, value: object
+        self,
+        obs: Observation,
+        mode: Mode,
+        exc: Exception | None,
+        value: object,
+        detail: str | None = None,
     ) -> Event:
-        """The policy raised (`exc`) or returned `value`: log, count, FAULT to PLAIN."""
+        """The policy raised (`exc`) or returned `value` (`detail`: why that is wrong, when the
+        value alone does not say): log, count, FAULT to PLAIN."""
         policy = self._policy
         name = policy_name(policy)
-        if exc is not None:
+        if detail is not None:
+            pass
+        elif exc is not None:
             detail = f"raised {type(exc).__name__}: {exc}"
         elif isinstance(value, Event):
-            if value in LOAD_EVENTS:
+            if value in POLICY_EVENTS:
                 detail = f"emitted {value.name}, which the table does not accept in {mode.name}"
             else:
                 detail = (
                     f"emitted {value.name}; policies emit only load events (LOAD_HIGH, "
-                    "LOAD_LOW), completion events come from the engine"
+                    "LOAD_LOW) and shape events (RESHAPE), completion events come from the "
+                    "engine"
                 )
         else:
             detail = f"returned {type(value).__name__} {value!r:.80}, not an Event or None"
@@ -262,10 +347,20 @@ class SpecFSM:
                 self.log.observation(obs, mode)
 
     # ------------------------------------------------------------------ transitions
-    def process_event(self, event: Event, obs: Observation | None = None, reason: str = "") -> Mode:
-        """Apply `event`: run exit(src) and enter(dst), log, return the new mode.
+    def process_event(
+        self,
+        event: Event,
+        obs: Observation | None = None,
+        reason: str = "",
+        *,
+        shape: DraftShape | None = None,
+    ) -> Mode:
+        """Apply `event`: run exit(src) and enter(dst) (a shape event: only its own action),
+        log, return the new mode.
 
-        Raises InvalidTransition (mode unchanged) for an event the table does not accept,
+        `shape` is the new draft shape of a shape event (RESHAPE), required there and forbidden
+        with any other event. Raises InvalidTransition (mode unchanged) for an event the table
+        does not accept, InvalidShape (mode and shape unchanged) for a refused shape,
         ModeActionError (now in PLAIN) when an action failed, MachineFailed when even the
         fault path failed.
         """
@@ -276,7 +371,14 @@ class SpecFSM:
         if dst is None:
             raise InvalidTransition(src, event)
         iteration = obs.iteration if obs is not None else self.iteration
-        pending = _Pending(TransitionRecord(iteration, src, dst, event, reason), obs)
+        if shape is None and event not in SHAPE_EVENTS:
+            record = TransitionRecord(iteration, src, dst, event, reason)
+        else:
+            self._check_shape(src, event, shape)
+            record = TransitionRecord(
+                iteration, src, dst, event, reason, shape=shape, prev_shape=self._shape
+            )
+        pending = _Pending(record, obs)
         self._fire(pending)
         if self._failed is not None:
             self._raise_failed()
@@ -284,8 +386,28 @@ class SpecFSM:
             raise ModeActionError(
                 pending.failed_action or "?", self._model.mode, pending.error
             ) from pending.error
+        if record.shape is not None:
+            self._shape = record.shape
         self._finish(pending)
         return dst
+
+    def _check_shape(self, mode: Mode, event: Event, shape: object) -> None:
+        """Raise InvalidShape unless `shape` is a valid new shape for shape event `event`."""
+        if event not in SHAPE_EVENTS:
+            raise InvalidShape(mode, event, f"a shape ({shape!r:.80}) goes only with RESHAPE")
+        if shape is None:
+            raise InvalidShape(mode, event, "RESHAPE needs the new shape (shape=DraftShape(...))")
+        if not isinstance(shape, DraftShape):
+            raise InvalidShape(mode, event, f"the shape must be a DraftShape, got {shape!r:.80}")
+        if self._shapes and shape not in self._shapes:
+            raise InvalidShape(
+                mode,
+                event,
+                f"shape {shape.label()} is not one of the allowed shapes "
+                f"{[x.label() for x in self._shapes]}",
+            )
+        if shape == self._shape:
+            raise InvalidShape(mode, event, f"shape {shape.label()} is already the current one")
 
     def fault(self, reason: str, obs: Observation | None = None) -> Mode:
         """Go to the safe mode through FAULT (e.g. after a failed contract check)."""
@@ -312,6 +434,9 @@ class SpecFSM:
             obs=pending.obs,
             exit_us=pending.exit_us,
             enter_us=pending.enter_us,
+            shape=info.shape,
+            prev_shape=info.prev_shape,
+            shape_us=pending.shape_us,
         )
         if self.listeners:
             record = attrs.evolve(
@@ -334,8 +459,10 @@ class SpecFSM:
             us = (time.perf_counter_ns() - t0) // 100 / 10.0  # 0.1 us resolution
             if kind == "exit":
                 pending.exit_us = us
-            else:
+            elif kind == "enter":
                 pending.enter_us = us
+            else:
+                pending.shape_us = us
 
     def _on_exit(self, event_data: Any) -> None:
         pending = self._pending
@@ -348,6 +475,12 @@ class SpecFSM:
         pending = self._pending
         assert pending is not None
         self._run_action("enter", pending.info.dst)
+
+    def _on_shape(self, event_data: Any) -> None:
+        """A shape event's internal self-transition: its one action (no exit, no enter)."""
+        pending = self._pending
+        assert pending is not None
+        self._run_action(pending.info.event.value, pending.info.src)
 
     def _on_exception(self, event_data: Any) -> None:
         err: BaseException = event_data.error
@@ -398,6 +531,8 @@ class SpecFSM:
         """The resolved configuration, for the `specfsm.config` log line."""
         return {
             "mode": self.mode.name,
+            "shape": self._shape.label() if self._shape is not None else None,
+            "shapes": [x.label() for x in self._shapes],
             "policy": self._policy.describe(),
             "max_policy_faults": self.max_policy_faults,
             "observe_every": self._observe_every,

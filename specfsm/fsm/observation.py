@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
+
+if TYPE_CHECKING:
+    from specfsm.model.acceptance import DraftShape
 
 
 @attrs.frozen(slots=True)
@@ -15,6 +20,14 @@ class Observation:
     rank decides alike; `rank` is informational and never an input to a decision.
     `mean_ctx` is the mean KV length (tokens) of the decode requests, global like `decode_bs`;
     0 when unknown.
+
+    Shapes and measured step costs (all defaulted; an adapter that does not know leaves them):
+    `accept_shape` is the draft shape of the verify whose accept_lens these are; `step_ms` the
+    measured duration of the last completed decode forward (0.0 = unknown), `step_bs` its decode
+    batch size, `step_shape` its draft shape (None: a non-speculative step, PLAIN / DRAINING /
+    RESYNCING), `step_kind` "spec" | "plain" | "resync" | "warm" | "" (unknown). `shape` is the
+    machine's current speculation shape (`SpecFSM.shape`; kept across PLAIN), None when unknown:
+    a policy that may RESHAPE compares its choice with it.
     """
 
     iteration: int
@@ -24,6 +37,12 @@ class Observation:
     queued: int = 0
     rank: int = 0
     mean_ctx: int = 0
+    accept_shape: DraftShape | None = None
+    step_ms: float = 0.0
+    step_bs: int = 0
+    step_shape: DraftShape | None = None
+    step_kind: str = ""
+    shape: DraftShape | None = None
 
     def mean_accept_len(self) -> float | None:
         """Mean accept length of the last verify, or None when there was none."""

@@ -7,9 +7,14 @@ record with the actions' timings and the completion time filled in.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from specfsm.fsm.table import Event, Mode
+
+if TYPE_CHECKING:
+    from specfsm.model.acceptance import DraftShape
 
 
 @attrs.frozen(slots=True)
@@ -18,6 +23,8 @@ class TransitionRecord:
 
     `exit_us`, `enter_us` (how long each action ran; None when it did not run) and
     `monotonic_s` (when the transition completed) are filled only in the copy listeners get.
+    `shape` is the target shape of a shape event (RESHAPE), `prev_shape` the shape it replaces;
+    both None for every other event.
     """
 
     iteration: int
@@ -28,6 +35,8 @@ class TransitionRecord:
     exit_us: float | None = None
     enter_us: float | None = None
     monotonic_s: float = 0.0
+    shape: DraftShape | None = None
+    prev_shape: DraftShape | None = None
 
 
 #: The name the mode actions' parameter had before the records were merged (same class).

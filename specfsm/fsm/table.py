@@ -31,9 +31,22 @@ patched SGLang worker ("tensor a (160) must match tensor b (2)": 10 requests x 1
 tokens). Switching back without catching the draft up leaves it stale, and acceptance silently
 collapses. Each hazard gets a mode of its own, with entry/exit actions that own the state.
 
-Who emits which event: *load* events (LOAD_HIGH, LOAD_LOW) come from a policy; *completion*
-events (DRAINED, RESYNCED) come from the engine adapter; FAULT comes from the machine itself
-when a mode action raises, or from the adapter when a contract check fails.
+Shapes inside SPECULATING: the engine holds a set of pre-built runtime states, one per draft
+shape (topk, steps, draft tokens), each with its CUDA graphs, built at start-up. RESHAPE is a
+SPECULATING -> SPECULATING self-transition that swaps the attached one for another: it is an
+*internal* transition (neither exit_speculating nor enter_speculating runs; one action,
+`reshape_speculating`, attaches the new shape's state). Under overlap scheduling the in-flight
+batch of the old shape completes with the old shape's state first (the engine keeps it alive
+until that result is processed), and the contracts check every forward's width against the
+shape attached when it was launched. The machine keeps the current shape (`SpecFSM.shape`, kept
+across PLAIN) and changes it only when the action succeeded; a failing action faults to PLAIN
+as any other, with the shape unchanged. RESHAPE is no load event: it never moves the mode, and
+TOWARD ignores it.
+
+Who emits which event: *load* events (LOAD_HIGH, LOAD_LOW) and the *shape* event (RESHAPE, with
+the wanted shape) come from a policy; *completion* events (DRAINED, RESYNCED) come from the
+engine adapter; FAULT comes from the machine itself when a mode action raises, or from the
+adapter when a contract check fails.
 
 Rule 1 (after h11): every transition lives in TRANSITIONS below. The executor, the diagrams,
 the docs and the tests are all generated from, or checked against, this one mapping; a
@@ -68,6 +81,7 @@ class Event(enum.Enum):
     LOAD_LOW = "load_low"  # policy: load fell, speculate again
     RESYNCED = "resynced"  # engine: the draft has caught up for every running request
     FAULT = "fault"  # machine/engine: an action or a contract failed; go to the safe mode
+    RESHAPE = "reshape"  # policy: another draft shape pays more; change shape inside SPECULATING
 
     def __repr__(self) -> str:
         return f"Event.{self.name}"
@@ -84,6 +98,7 @@ EVENT_SOURCES: Final[Mapping[Event, tuple[str, str]]] = MappingProxyType(
             "machine / engine adapter",
             "a mode action raised, a contract failed, or the policy failed",
         ),
+        Event.RESHAPE: ("policy", "another draft shape pays more: change shape inside SPECULATING"),
     }
 )
 
@@ -93,8 +108,16 @@ SAFE_MODE: Final = Mode.PLAIN
 #: Mode the machine starts in when the engine starts with speculation on.
 INITIAL_MODE: Final = Mode.SPECULATING
 
-#: Events a policy may emit; the others are completion or fault events.
+#: Load events: a policy emits them to move between speculating and not.
 LOAD_EVENTS: Final = frozenset({Event.LOAD_HIGH, Event.LOAD_LOW})
+
+#: Shape events: a policy emits them (with the wanted shape) to change the draft shape inside a
+#: mode. Each is an *internal* self-transition: no exit/enter action, one action named
+#: ``f"{event.value}_{mode.value.lower()}"`` (RESHAPE in SPECULATING: `reshape_speculating`).
+SHAPE_EVENTS: Final = frozenset({Event.RESHAPE})
+
+#: Events a policy may emit; the others are completion or fault events.
+POLICY_EVENTS: Final = LOAD_EVENTS | SHAPE_EVENTS
 
 #: Modes in which the next forward is a speculative one (draft + verify of K tokens).
 SPECULATIVE_MODES: Final = frozenset({Mode.SPECULATING})
@@ -104,6 +127,7 @@ TRANSITIONS: Final[Mapping[Mode, Mapping[Event, Mode]]] = MappingProxyType(
         Mode.SPECULATING: MappingProxyType(
             {
                 Event.LOAD_HIGH: Mode.DRAINING,
+                Event.RESHAPE: Mode.SPECULATING,
                 Event.FAULT: Mode.PLAIN,
             }
         ),
@@ -140,6 +164,28 @@ TARGET_MODES: Final = (Mode.SPECULATING, Mode.PLAIN)
 def legal_events(mode: Mode) -> frozenset[Event]:
     """The events the table accepts in `mode`."""
     return frozenset(TRANSITIONS[mode])
+
+
+def _shape_transitions() -> tuple[tuple[Mode, Event], ...]:
+    """Every (mode, shape event) of the table; each must be a self-transition."""
+    out = []
+    for mode, row in TRANSITIONS.items():
+        for ev, dst in row.items():
+            if ev in SHAPE_EVENTS:
+                if dst is not mode:
+                    raise AssertionError(f"table: shape event {ev} must stay in {mode}, not {dst}")
+                out.append((mode, ev))
+    return tuple(out)
+
+
+#: (mode, event) of every internal self-transition (a shape change): the machine runs one
+#: action for each, `shape_action_name(event, mode)`, and neither exit(mode) nor enter(mode).
+SHAPE_TRANSITIONS: Final[tuple[tuple[Mode, Event], ...]] = _shape_transitions()
+
+
+def shape_action_name(event: Event, mode: Mode) -> str:
+    """The action a shape event runs in `mode`: RESHAPE in SPECULATING -> `reshape_speculating`."""
+    return f"{event.value}_{mode.value.lower()}"
 
 
 def _settles_in(mode: Mode) -> Mode:

@@ -12,7 +12,7 @@ from structlog.testing import LogCapture
 from specfsm.fsm.actions import action_name
 from specfsm.fsm.log import TransitionLog
 from specfsm.fsm.record import TransitionInfo
-from specfsm.fsm.table import Mode
+from specfsm.fsm.table import SHAPE_TRANSITIONS, Mode, shape_action_name
 
 
 class RecordingActions:
@@ -22,7 +22,9 @@ class RecordingActions:
     def __init__(self, fail: dict[str, int] | None = None) -> None:
         self.calls: list[tuple[str, TransitionInfo]] = []
         self.fail: dict[str, int] = dict(fail or {})
-        unknown = set(self.fail) - {action_name(k, m) for m in Mode for k in ("enter", "exit")}
+        known = {action_name(k, m) for m in Mode for k in ("enter", "exit")}
+        known |= {shape_action_name(e, m) for m, e in SHAPE_TRANSITIONS}
+        unknown = set(self.fail) - known
         if unknown:
             raise ValueError(f"RecordingActions: no such actions {sorted(unknown)}")
 
@@ -56,6 +58,9 @@ class RecordingActions:
 
     def exit_resyncing(self, t: TransitionInfo) -> None:
         self._record("exit_resyncing", t)
+
+    def reshape_speculating(self, t: TransitionInfo) -> None:
+        self._record("reshape_speculating", t)
 
     def names(self) -> list[str]:
         """The names of the actions called so far, in order."""

@@ -19,7 +19,9 @@ from specfsm import (
     SpecFSMError,
 )
 from specfsm.fsm.actions import action_name
+from specfsm.fsm.table import SHAPE_EVENTS, shape_action_name
 from specfsm.fsm.testing import RecordingActions, capturing_log
+from specfsm.model.acceptance import DraftShape
 
 PAIRS = list(itertools.product(Mode, Event))
 
@@ -44,10 +46,13 @@ def test_mode_event_space(mode: Mode, event: Event) -> None:
         assert fsm.mode is mode
         assert actions.calls == []
         return
-    assert fsm.process_event(event) is dst
+    shape = DraftShape.chain(5) if event in SHAPE_EVENTS else None
+    assert fsm.process_event(event, shape=shape) is dst
     assert fsm.mode is dst
     expected = [action_name("enter", dst)]
-    if event is not Event.FAULT:
+    if event in SHAPE_EVENTS:
+        expected = [shape_action_name(event, mode)]
+    elif event is not Event.FAULT:
         expected.insert(0, action_name("exit", mode))
     assert actions.names() == expected
     for _, info_ in actions.calls:
@@ -61,7 +66,7 @@ def path_to(name: str) -> tuple[Mode, list[Event]]:
     """A start mode and events whose last transition runs action `name`."""
     for src, row in TRANSITIONS.items():
         for event, dst in row.items():
-            if event is Event.FAULT:
+            if event is Event.FAULT or event in SHAPE_EVENTS:
                 continue
             if name in (action_name("exit", src), action_name("enter", dst)):
                 return src, [event]

@@ -15,9 +15,13 @@ from specfsm import (
     SpecFSM,
 )
 from specfsm.fsm.actions import action_name
+from specfsm.fsm.table import SHAPE_EVENTS, SHAPE_TRANSITIONS, shape_action_name
 from specfsm.fsm.testing import RecordingActions, capturing_log
+from specfsm.model.acceptance import DraftShape
 
 ACTION_NAMES = [action_name(k, m) for m in Mode for k in ("enter", "exit")]
+ACTION_NAMES += [shape_action_name(e, m) for m, e in SHAPE_TRANSITIONS]
+SHAPES = (DraftShape.chain(3), DraftShape.chain(5))
 
 
 @settings(max_examples=300, deadline=None)
@@ -27,22 +31,23 @@ ACTION_NAMES = [action_name(k, m) for m in Mode for k in ("enter", "exit")]
 )
 def test_random_sequences_follow_table(events: list[Event], fail: dict[str, int]) -> None:
     """Any sequence: legal events follow the table, illegal ones change nothing, failures
-    land in PLAIN, and entries and exits alternate consistently."""
+    land in PLAIN (the shape unchanged), and a shape event changes the shape only."""
     actions = RecordingActions(fail=fail)
     log, lines = capturing_log()
     fsm = SpecFSM(actions=actions, log=log)
     model = Mode.SPECULATING
     for event in events:
-        before = fsm.mode
+        before, shape = fsm.mode, fsm.shape
         assert before is model
+        new = (SHAPES[1] if shape == SHAPES[0] else SHAPES[0]) if event in SHAPE_EVENTS else None
         try:
-            fsm.process_event(event)
+            fsm.process_event(event, shape=new)
         except InvalidTransition:
             assert event not in TRANSITIONS[model]
-            assert fsm.mode is before
+            assert fsm.mode is before and fsm.shape == shape
             continue
         except ModeActionError:
-            assert fsm.mode is Mode.PLAIN
+            assert fsm.mode is Mode.PLAIN and fsm.shape == shape
             model = Mode.PLAIN
             continue
         except MachineFailed:
@@ -52,6 +57,7 @@ def test_random_sequences_follow_table(events: list[Event], fail: dict[str, int]
             return
         model = TRANSITIONS[model][event]
         assert fsm.mode is model
+        assert fsm.shape == (new if new is not None else shape)
     assert not fsm.failed
     # every transition line names a legal (src, trigger) -> dst
     for line in lines:
