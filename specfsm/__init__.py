@@ -14,6 +14,7 @@ from specfsm.fsm.actions import ModeActions, NoopActions
 from specfsm.fsm.contracts import Contracts, Violation
 from specfsm.fsm.decision import FixedPolicy, Policy
 from specfsm.fsm.errors import (
+    InvalidShape,
     InvalidTransition,
     MachineFailed,
     ModeActionError,
@@ -29,6 +30,7 @@ from specfsm.fsm.table import (
     INITIAL_MODE,
     LOAD_EVENTS,
     SAFE_MODE,
+    SHAPE_EVENTS,
     TRANSITIONS,
     Event,
     Mode,
@@ -41,10 +43,12 @@ __all__ = [
     "INITIAL_MODE",
     "LOAD_EVENTS",
     "SAFE_MODE",
+    "SHAPE_EVENTS",
     "TRANSITIONS",
     "Contracts",
     "Event",
     "FixedPolicy",
+    "InvalidShape",
     "InvalidTransition",
     "MachineFailed",
     "Mode",

@@ -16,7 +16,14 @@ import hashlib
 from typing import Any
 
 from specfsm.fsm.machine import machine_config
-from specfsm.fsm.table import EVENT_SOURCES, INITIAL_MODE, TRANSITIONS, Event, Mode
+from specfsm.fsm.table import (
+    EVENT_SOURCES,
+    INITIAL_MODE,
+    TRANSITIONS,
+    Event,
+    Mode,
+    shape_action_name,
+)
 
 FORMATS = ("mermaid", "dot")
 TITLE = "specfsm modes and events, generated from specfsm.TRANSITIONS"
@@ -70,8 +77,15 @@ def _document(source: str) -> str:
         src, arrow, rest = ln.strip().partition(" --> ")
         if arrow and rest.split(":", 1)[0].strip() == src:
             # a self-loop's label lands on the other edges' labels: say it in a note instead
-            events = rest.split(":", 1)[1].strip()
-            out.append(f"  note left of {src} : {events} in {src} stays in {src}")
+            # an internal one (a shape event) runs its own action, not exit + enter: say so
+            labels = [x.strip() for x in rest.split(":", 1)[1].split("|")]
+            for label in labels:
+                event, internal, _ = label.partition(" [internal]")
+                note = f"  note left of {src} : {event} in {src} stays in {src}"
+                if internal:
+                    action = shape_action_name(Event[event], Mode[src])
+                    note += f" (internal, runs {action} only)"
+                out.append(note)
             continue
         out.append(ln)
     return "\n".join(["---", f"title: {TITLE}", "---", *out])
