@@ -1,29 +1,31 @@
 #!/usr/bin/env python3
-"""Policy sweep (issue 4, "Done when"): every policy side by side in one run, simulated.
+"""Policy sweep (issue 13, "Done when"): specfsm against honest baselines, simulated.
 
-Policies are FITTED on one step-cost table (--fit-table) and SCORED on another (--score-table):
-a policy scored by the very cost model it optimises cannot lose. Scenarios: EAGLE-3 chain of 3
-steps and the seeds' tree (topk 4, 2 steps, 16 draft tokens), alpha 0.6 and 0.8.
+Every controller is FITTED on one step-cost table (--fit-table, default the in-engine H200
+table h200_sglang0517_llama8b) and SCORED on others (--score-tables): another run of the same
+engine (h200_sglang0517_llama8b_triton), the ctx 4096 table (h200_sglang0517_llama8b_ctx4096),
+and a table of another model size, synthetic_32b_shaped (SYNTHETIC, NOT MEASURED: derived from
+the 8B table by the rule in its header). Scenarios: launch shapes chain3 and tree (topk 4, 2
+steps, 16 draft tokens), alpha 0.6 and 0.8.
 
-(a) fixed concurrency 1..256: specfsm tok/s vs the best static choice (no-spec or always-spec)
-    and vs each peer rule (SGLang 0.5.23 adaptive, vLLM-style bs table, TensorRT-LLM
-    max_concurrency), per level.
-(b) time-varying closed-loop load (ramp 1->256->1, bursts 2/128, sinusoid 2..200), each at
-    least 20,000 iterations: throughput and mean TPOT vs the static choice with the higher
-    throughput on that trace, and switches per 100 iterations.
+Baselines (`specfsm.sim.baselines`), each fitted on the fit table at the cell's alpha:
+  static grid      no-spec, chains of 1, 2, 3, 5, 7 steps, trees (4,2,16) and (4,3,8); the best
+                   static of a cell is the best of them on the score table
+  sglang-adaptive  SGLang 0.5.23 adaptive, default tiers, the launch shape (tree: adaptive off)
+  sglang-tuned     SGLang adaptive with tiers tuned on the fit table (a chain launch)
+  sglang-skip0     as sglang-tuned with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: steps=0 without
+                   tax, cold return (the CPU test bed's measured acceptance loss)
+  vllm-k-table     vLLM's per-batch-size K (0..7) table fitted on the fit table
+  trtllm-schedule  TensorRT-LLM draft_len_schedule + max_concurrency fitted on the fit table
+specfsm: the controller `specfsm.sim.peers.lineup` builds (--specfsm picks which; the other
+specfsm variant's lines are printed as info).
 
-"specfsm" in the goals is GoodputPolicy through the FSM, in two PLAIN variants, each with its
-own goal lines:
-  specfsm-warm      what the SGLang adapter ships: PLAIN = SGLang's steps=0 runtime state (a
-                    1-token verify + a 1-token draft-extend every step: the same per-step tax
-                    SGLang adaptive pays at steps=0), DRAINING and RESYNCING one such forward.
-  specfsm-zero-tax  the follow-up issue's design target: PLAIN = plain decode, lag buffer,
-                    batched catch-up draft-extend at RESYNCING, lazy draft prefill (requests
-                    admitted while PLAIN skip the draft's prefill; --zero-tax-eager-prefill
-                    turns that off).
-"mean TPOT" (the goal) is the issue's: the mean over finished requests of each request's
-decode time / (tokens - 1). Token-weighted and wall-clock-window TPOT are printed as info.
-Ends with one summary line per goal and variant: `name[variant]: value (goal ...)`.
+(a) fixed concurrency 1..256: specfsm tok/s / the best static grid shape, and / the best peer.
+(b) time-varying closed-loop traces (ramp 1->256->1, bursts 2/128, sinusoid 2..200; >= 20,000
+    iterations at the default --duration): throughput and p99 TPOT vs the per-phase oracle
+    (`specfsm.sim.oracle`: phases of duration/32 simulated seconds, the best static shape per
+    phase), and switches per 100 iterations.
+Ends with the five summary lines `name: value (goal ...)`.
 """
 
 from __future__ import annotations
@@ -37,290 +39,272 @@ import time
 from typing import Any
 
 from specfsm.model.acceptance import DraftShape, accept_length
-from specfsm.model.costs import (
-    PLAIN_WARM,
-    PLAIN_ZERO_TAX,
-    SHARED_REF,
-    CostModel,
-    load_table,
-    packaged_tables,
+from specfsm.model.costs import CostModel, load_table, packaged_tables
+from specfsm.sim.baselines import (
+    PEER_NAMES,
+    SHAPE_FREE_PEERS,
+    STATIC_GRID_NAMES,
+    best_static,
+    controller,
 )
 from specfsm.sim.engine import RunResult, run
-from specfsm.sim.peers import PEER_NAMES, STATIC_NAMES, WARM_NAME, ZERO_TAX_NAME, lineup
+from specfsm.sim.oracle import default_phase_s, pct, phase_oracle, phase_tok_s
+from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, Controller, lineup
 from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
-from specfsm.sim.traces import fixed_concurrency, traces
-from specfsm.sim.tune import recommend
+from specfsm.sim.traces import fixed_concurrency, named_traces
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
 ALPHAS = (0.6, 0.8)
-VARIANTS = (WARM_NAME, ZERO_TAX_NAME)
-THRESHOLD = "specfsm-threshold-warm"
-TIMELINE_POLICIES = (WARM_NAME, ZERO_TAX_NAME, "sglang-adaptive", "vllm-bs-table")
-#: measured tables, in the order the default score table is picked
-MEASURED = ("h200_sglang0517_llama8b", "h200_llama8b_ctx4096", "h200_llama8b_ctx1024")
+FIT = "h200_sglang0517_llama8b"
+SCORES = (
+    "h200_sglang0517_llama8b_triton",
+    "h200_sglang0517_llama8b_ctx4096",
+    "synthetic_32b_shaped",
+)
+SPECFSM = (ZERO_TAX_NAME, WARM_NAME)
+#: the shape-independent controllers run once per (table, alpha, load): key shape "-"
+SHAPE_FREE = (*STATIC_GRID_NAMES, *SHAPE_FREE_PEERS)
+TIMELINE = (ZERO_TAX_NAME, WARM_NAME, "sglang-tuned", "vllm-k-table")
 
 
-def default_score_table(fit: str) -> str:
-    """A measured table other than the fit table (the in-SGLang one first)."""
-    have = packaged_tables()
-    for cand in MEASURED:
-        if cand in have and cand != fit:
-            return cand
-    return fit
+def label(table: str) -> str:
+    """The table's name, marked when it is synthetic (everywhere it is printed)."""
+    return f"{table} (SYNTHETIC, not measured)" if table.startswith("synthetic") else table
 
 
-def _cost(name: str, ctx: int | None, shape: DraftShape) -> CostModel:
-    return CostModel(load_table(name), shape, ctx=ctx)
+def _controller(
+    name: str, fit: CostModel, shape: DraftShape, alpha: float, lazy: bool
+) -> Controller:
+    if name in SPECFSM:
+        return lineup(fit, shape, alpha, names=[name], zero_tax_lazy_prefill=lazy)[0]
+    return controller(name, fit, shape, alpha)
 
 
-def _task(args: tuple[Any, ...]) -> tuple[tuple[str, float, str], str, dict[str, Any], Any]:
-    (sn, alpha, load_kind, load_arg, pol_name, fit_spec, score_spec, duration, iters, warm,
-     seed, lazy, record) = args  # fmt: skip
-    shape = SHAPES[sn]
-    fit = _cost(*fit_spec, shape)
-    score = _cost(*score_spec, shape)
-    ctl = next(
-        c for c in lineup(fit, shape, alpha, zero_tax_lazy_prefill=lazy) if c.name == pol_name
-    )
+def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, RunResult]:
+    (table, alpha, load_kind, load_arg, sn, pol, fit_name, duration, iters, warm, seed, lazy,
+     record) = args  # fmt: skip
+    shape = SHAPES["chain3" if sn == "-" else sn]
+    fit = CostModel(load_table(fit_name), shape)
+    score = CostModel(load_table(table), shape)
+    ctl = _controller(pol, fit, shape, alpha, lazy)
     if load_kind == "conc":
-        load = fixed_concurrency(int(load_arg))
-        r = run(ctl, load, score, alpha, seed=seed, iterations=iters + warm, warmup_iterations=warm)
+        r = run(ctl, fixed_concurrency(int(load_arg)), score, alpha, seed=seed,
+                iterations=iters + warm, warmup_iterations=warm)  # fmt: skip
     else:
-        load = next(t for t in traces(duration) if t.name == load_arg)
-        r = run(ctl, load, score, alpha, seed=seed, record_timeline=record)
-    row = r.row()
-    tl = r.timeline[::4] if r.timeline else None
-    return (sn, alpha, load.name), pol_name, row, tl
-
-
-def _f(row: dict[str, Any], key: str) -> float:
-    return float(row[key])
+        load = named_traces(duration)[load_arg]
+        r = run(ctl, load, score, alpha, seed=seed, record_timeline=record,
+                phase_s=default_phase_s(duration))  # fmt: skip
+        if r.timeline:
+            r.timeline = r.timeline[::4]
+    return (table, alpha, load_kind, load_arg, sn), pol, r
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--fit-table", default=SHARED_REF, help=f"one of {packaged_tables()} or a path")
-    ap.add_argument("--fit-ctx", type=int, default=None, help="default: the table's first ctx")
-    ap.add_argument("--score-table", default=None, help="default: a measured table != fit table")
-    ap.add_argument("--score-ctx", type=int, default=None, help="default: the table's first ctx")
+    ap.add_argument("--fit-table", default=FIT, help=f"one of {packaged_tables()} or a path")
+    ap.add_argument("--score-tables", default=",".join(SCORES), help="comma-separated")
+    ap.add_argument("--trace-tables", default=None, help="score tables of (b) (default: all)")
+    ap.add_argument("--specfsm", default=ZERO_TAX_NAME, choices=SPECFSM)
     ap.add_argument("--duration", type=float, default=500.0, help="trace length (simulated s)")
     ap.add_argument("--iterations", type=int, default=4000, help="measured iterations per level")
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--zero-tax-eager-prefill",
-        action="store_true",
-        help="specfsm-zero-tax prefills through the draft in PLAIN too (default: lazy)",
-    )
+    ap.add_argument("--zero-tax-lazy-prefill", action="store_true",
+                    help="specfsm-zero-tax prefills by the target only in PLAIN (the adapter "
+                         "does not: default off)")  # fmt: skip
     ap.add_argument("--out", default="out/policy_sweep")
-    ap.add_argument("--quick", action="store_true", help="smoke test: short traces, few iterations")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: levels 1 and 64, alpha 0.8, two score tables, short "
+                         "traces on the first")  # fmt: skip
     a = ap.parse_args(argv)
+    levels: tuple[int, ...] = LEVELS
+    alphas: tuple[float, ...] = ALPHAS
+    scores = [t for t in a.score_tables.split(",") if t]
+    trace_tables = a.trace_tables.split(",") if a.trace_tables else list(scores)
     if a.quick:
-        a.duration, a.iterations, a.warmup = 40.0, 600, 200
-    score_name = a.score_table or default_score_table(a.fit_table)
-    fit_spec = (a.fit_table, a.fit_ctx)
-    score_spec = (score_name, a.score_ctx)
-    same = fit_spec == score_spec
-    lazy = not a.zero_tax_eager_prefill
+        levels, alphas = (1, 64), (0.8,)
+        a.duration, a.iterations, a.warmup = 64.0, 300, 100
+        scores = [SCORES[0], SCORES[2]] if a.score_tables == ",".join(SCORES) else scores
+        trace_tables = trace_tables[:1] if not a.trace_tables else trace_tables
+        trace_tables = [t for t in trace_tables if t in scores][:1] or scores[:1]
+    lazy = a.zero_tax_lazy_prefill
+    other = next(v for v in SPECFSM if v != a.specfsm)
     os.makedirs(a.out, exist_ok=True)
-    c_fit = _cost(*fit_spec, SHAPES["chain3"])
-    c_score = _cost(*score_spec, SHAPES["chain3"])
-    where = (
-        f"fit {c_fit.table.source} ctx {c_fit.ctx}, score {c_score.table.source} ctx {c_score.ctx}"
-    )
-    print(
-        f"fit table: {c_fit.table.source} (ctx {c_fit.ctx})   score table: "
-        f"{c_score.table.source} (ctx {c_score.ctx})"
-        + ("   WARNING: same table and ctx: not out-of-sample" if same else "")
-    )
-    print(
-        f"variants: {WARM_NAME} = warm PLAIN (what the SGLang adapter ships: 1-token verify + "
-        f"1-token draft-extend every PLAIN step); {ZERO_TAX_NAME} = zero-tax PLAIN (design "
-        f"target; lazy draft prefill {'on' if lazy else 'off'})"
-    )
-    print(f"seed {a.seed}; traces {a.duration:g} simulated s; levels {a.iterations} iterations")
-    pol_names = [c.name for c in lineup(c_fit, SHAPES["chain3"], 0.8)]
-    trace_names = [t.name for t in traces(a.duration)]
-    tasks = []
-    for sn in SHAPES:
-        for al in ALPHAS:
-            fit = _cost(*fit_spec, SHAPES[sn])
-            acc = accept_length(al, SHAPES[sn])
-            rw = recommend(fit, acc, plain=PLAIN_WARM)
-            rz = recommend(fit, acc, plain=PLAIN_ZERO_TAX)
-            sc = _cost(*score_spec, SHAPES[sn])
-            print(
-                f"  {sn} alpha {al}: accept_len {acc:.3f}; fit crossover bs warm {rw.crossover_bs}"
-                f" / zero-tax {rz.crossover_bs} (score table: "
-                f"{sc.crossover_bs(acc, 1024, PLAIN_WARM)} / {sc.crossover_bs(acc)}); "
-                f"vllm-bs-table cut-off {rw.threshold_high}, trtllm max_concurrency "
-                f"{rz.threshold_high}, Threshold(high={rw.threshold_high}, low={rw.threshold_low})"
-                + (", sglang-adaptive: topk != 1 -> adaptive disabled, static tree"
-                   if SHAPES[sn].topk != 1 else ", sglang-adaptive: default tiers, init steps 3")
-            )  # fmt: skip
-            for p in pol_names:
-                for c in LEVELS:
-                    tasks.append((sn, al, "conc", c, p, fit_spec, score_spec, a.duration,
-                                  a.iterations, a.warmup, a.seed, lazy, False))  # fmt: skip
-                for tn in trace_names:
-                    rec_tl = tn.startswith("bursts") and p in TIMELINE_POLICIES
-                    tasks.append((sn, al, "trace", tn, p, fit_spec, score_spec, a.duration, 0, 0,
-                                  a.seed, lazy, rec_tl))  # fmt: skip
+    fit0 = CostModel(load_table(a.fit_table), SHAPES["chain3"])
+    print(f"fit table: {label(a.fit_table)} (ctx {fit0.ctx}); score tables: "
+          + ", ".join(f"{label(t)} (ctx {CostModel(load_table(t)).ctx})" for t in scores)
+          + (f"; WARNING: {a.fit_table} is also scored (in-sample)" if a.fit_table in scores
+             else ""))  # fmt: skip
+    print(f"specfsm: {a.specfsm} (summary lines), {other} "
+          f"(info); zero-tax lazy draft prefill {'on' if lazy else 'off'}; seed {a.seed}; "
+          f"levels {list(levels)} x {a.iterations} iterations (+{a.warmup} warm-up); traces "
+          f"{a.duration:g} simulated s on {', '.join(label(t) for t in trace_tables)}, "
+          f"phases {default_phase_s(a.duration):g} s")  # fmt: skip
+    for al in alphas:
+        for sn, shape in SHAPES.items():
+            fit = CostModel(load_table(a.fit_table), shape)
+            print(f"  fitted at alpha {al}, launch {sn} (accept_len "
+                  f"{accept_length(al, shape):.3f}):")  # fmt: skip
+            for p in PEER_NAMES:
+                if sn == "tree" and p in SHAPE_FREE_PEERS:
+                    continue
+                print(f"    {p}: {json.dumps(controller(p, fit, shape, al).describe())}")
+    trace_names = list(named_traces(a.duration))
+    tasks: list[tuple[Any, ...]] = []
+    for table in scores:
+        for al in alphas:
+            loads: list[tuple[str, object]] = [("conc", c) for c in levels]
+            if table in trace_tables:
+                loads += [("trace", tn) for tn in trace_names]
+            for kind, arg in loads:
+                rec = kind == "trace" and arg == "bursts" and table == trace_tables[0]
+                todo = [("-", p) for p in SHAPE_FREE]
+                todo += [(sn, p) for sn in SHAPES for p in ("sglang-adaptive", *SPECFSM)]
+                for sn, pol in todo:
+                    tasks.append((table, al, kind, arg, sn, pol, a.fit_table, a.duration,
+                                  a.iterations, a.warmup, a.seed, lazy,
+                                  rec and pol in TIMELINE))  # fmt: skip
     tasks.sort(key=lambda t: t[2] != "trace")  # long ones first
     t0 = time.monotonic()
     prog = Progress(len(tasks), "sweep")
-    res: dict[tuple[str, float, str], dict[str, dict[str, Any]]] = {}
-    tls: dict[tuple[str, float, str], dict[str, Any]] = {}
+    res: dict[tuple[Any, ...], dict[str, RunResult]] = {}
     ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
     with ctx.Pool(max(1, a.jobs)) as pool:
-        for key, pol, row, tl in pool.imap_unordered(_task, tasks, chunksize=1):
-            res.setdefault(key, {})[pol] = row
-            if tl is not None:
-                tls.setdefault(key, {})[pol] = tl
-            prog.tick(f"{key[0]} {key[1]} {key[2]} {pol}")
+        for key, pol, r in pool.imap_unordered(_task, tasks, chunksize=1):
+            res.setdefault(key, {})[pol] = r
+            prog.tick(f"{key[0]} {key[1]} {key[3]} {key[4]} {pol}")
     wall = time.monotonic() - t0
 
-    all_rows: list[dict[str, Any]] = []
-    goals: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
-    misses: dict[str, list[str]] = {v: [] for v in VARIANTS}
+    def cell(table: str, al: float, kind: str, arg: Any, sn: str) -> dict[str, RunResult]:
+        """Every controller's run of one cell (the shape-free ones shared by both shapes)."""
+        return {**res[(table, al, kind, arg, "-")], **res[(table, al, kind, arg, sn)]}
 
-    def note(v: str, k: str, x: float) -> None:
-        goals[v].setdefault(k, []).append(x)
+    rows_out: list[dict[str, Any]] = []
+    goals: dict[str, dict[str, list[float]]] = {v: {} for v in SPECFSM}
+    worst: dict[str, dict[str, str]] = {v: {} for v in SPECFSM}
+    misses: list[str] = []
 
-    thr_static: list[float] = []
-    for sn in SHAPES:
-        for al in ALPHAS:
-            print(f"\n######## {sn} ({SHAPES[sn].label()}), alpha {al}: tok/s per level")
-            tput: dict[str, list[float]] = {}
-            cols = [*STATIC_NAMES, *PEER_NAMES, THRESHOLD, *VARIANTS]
-            short = {"always-spec": "always", "sglang-adaptive": "sglang", "vllm-bs-table": "vllm",
-                     "trtllm-max-conc": "trtllm", THRESHOLD: "thr-warm", WARM_NAME: "warm",
-                     ZERO_TAX_NAME: "zero-tax"}  # fmt: skip
-            print(
-                f"{'level':>5} "
-                + " ".join(f"{short.get(c, c):>8}" for c in cols)
-                + " | warm/static warm/peer | 0tax/static 0tax/peer"
-            )
-            for c in LEVELS:
-                rows = res[(sn, al, f"conc{c}")]
-                for p, r in rows.items():
-                    tput.setdefault(p, []).append(_f(r, "tok_s"))
-                    all_rows.append({"shape": sn, "alpha": al, **r})
-                best_static = max(_f(rows[s], "tok_s") for s in STATIC_NAMES)
-                bp = max(PEER_NAMES, key=lambda p: _f(rows[p], "tok_s"))
-                best_peer = _f(rows[bp], "tok_s")
-                ratios = []
-                for v in VARIANTS:
-                    me = _f(rows[v], "tok_s")
-                    rs, rp = me / best_static, me / best_peer
-                    ratios += [rs, rp]
-                    note(v, "a_static", rs)
-                    note(v, "a_peer", rp)
-                    if rs < 0.99:
-                        misses[v].append(f"{sn} a{al} conc{c}: / best static {rs:.3f}")
-                    if rp < 1.0:
-                        misses[v].append(f"{sn} a{al} conc{c}: / best peer ({bp}) {rp:.3f}")
-                thr_static.append(_f(rows[THRESHOLD], "tok_s") / best_static)
-                print(
-                    f"{c:>5} "
-                    + " ".join(f"{_f(rows[p], 'tok_s'):>8.0f}" for p in cols)
-                    + f" | {ratios[0]:>11.3f} {ratios[1]:>9.3f} | {ratios[2]:>11.3f}"
-                    f" {ratios[3]:>9.3f}"
+    def note(v: str, k: str, x: float, where: str, lower_is_worse: bool = True) -> None:
+        g = goals[v].setdefault(k, [])
+        if not g or (x < min(g) if lower_is_worse else x > max(g)):
+            worst[v][k] = where
+        g.append(x)
+
+    short = {"sglang-adaptive": "sgl-def", "sglang-tuned": "sgl-tun", "sglang-skip0": "sgl-skip",
+             "vllm-k-table": "vllm-K", "trtllm-schedule": "trt-sch", ZERO_TAX_NAME: "fsm-0tax",
+             WARM_NAME: "fsm-warm"}  # fmt: skip
+    for table in scores:
+        for sn in SHAPES:
+            for al in alphas:
+                print(f"\n######## (a) {label(table)}: launch {sn} ({SHAPES[sn].label()}), "
+                      f"alpha {al}: tok/s per level")  # fmt: skip
+                cols = [*PEER_NAMES, *SPECFSM]
+                print(f"{'level':>5} {'best static':>24} "
+                      + " ".join(f"{short[c]:>8}" for c in cols)
+                      + " | fsm/static fsm/peer (best peer)")  # fmt: skip
+                series: dict[str, list[float]] = {"best static grid": []}
+                for c in levels:
+                    runs = cell(table, al, "conc", c, sn)
+                    tok = {p: r.tok_s for p, r in runs.items()}
+                    bs_name, bs_tok = best_static(tok)
+                    bp = max(PEER_NAMES, key=lambda p: tok[p])
+                    series["best static grid"].append(bs_tok)
+                    for p in cols:
+                        series.setdefault(p, []).append(tok[p])
+                    for r in runs.values():
+                        rows_out.append({"table": table, "launch": sn, "alpha": al, **r.row()})
+                    for v in SPECFSM:
+                        where = f"{label(table)} {sn} a{al} conc{c}"
+                        rs, rp = tok[v] / bs_tok, tok[v] / tok[bp]
+                        note(v, "a_static", rs, f"{where} vs {bs_name}")
+                        note(v, "a_peer", rp, f"{where} vs {bp}")
+                        if v == a.specfsm and rs < 0.99:
+                            misses.append(f"{where}: / best static ({bs_name}) {rs:.3f}")
+                        if v == a.specfsm and rp < 1.0:
+                            misses.append(f"{where}: / best peer ({bp}) {rp:.3f}")
+                    me = tok[a.specfsm]
+                    print(f"{c:>5} {bs_name:>17} {bs_tok:>6.0f} "
+                          + " ".join(f"{tok[p]:>8.0f}" for p in cols)
+                          + f" | {me / bs_tok:>10.3f} {me / tok[bp]:>8.3f} ({bp})")  # fmt: skip
+                plot_throughput(
+                    os.path.join(a.out, f"throughput_{table}_{sn}_a{al}.png"),
+                    list(levels),
+                    series,
+                    f"{label(table)}, launch {SHAPES[sn].label()}, alpha {al} (fit {a.fit_table})",
                 )
-            plot_throughput(
-                os.path.join(a.out, f"throughput_{sn}_a{al}.png"),
-                list(LEVELS),
-                tput,
-                f"{SHAPES[sn].label()}, alpha {al}: {where}",
-            )
-            for tn in trace_names:
-                key = (sn, al, tn)
-                rows = res[key]
-                for r in rows.values():
-                    all_rows.append({"shape": sn, "alpha": al, **r})
-                print(f"\n-- trace {tn} ({sn}, alpha {al})")
-                print(format_table(list(rows.values())))
-                best = max(STATIC_NAMES, key=lambda s: _f(rows[s], "tok_s"))
-                bp = max(PEER_NAMES, key=lambda s: _f(rows[s], "tok_s"))
-                for v in VARIANTS:
-                    me = rows[v]
-                    rt = _f(me, "tok_s") / _f(rows[best], "tok_s")
-                    rtp = _f(me, "tpot_mean_ms") / _f(rows[best], "tpot_mean_ms")
-                    rtk = _f(me, "tpot_token_weighted_ms") / _f(
-                        rows[best], "tpot_token_weighted_ms"
-                    )
-                    rtw = _f(me, "tpot_wall_avg_ms") / _f(rows[best], "tpot_wall_avg_ms")
-                    rpe = _f(me, "tok_s") / _f(rows[bp], "tok_s")
-                    sw = _f(me, "switches_per_100")
-                    note(v, "b_tput", rt)
-                    note(v, "b_tpot", rtp)
-                    note(v, "b_tpot_tok", rtk)
-                    note(v, "b_tpot_wall", rtw)
-                    note(v, "b_sw", sw)
-                    note(v, "b_iters", float(me["iterations"]))
-                    note(v, "b_peer", rpe)
-                    if rt < 0.99:
-                        misses[v].append(f"{sn} a{al} {tn}: tok/s / best static ({best}) {rt:.3f}")
-                    if rtp > 0.90:
-                        misses[v].append(
-                            f"{sn} a{al} {tn}: mean TPOT / best static ({best}) {rtp:.3f}"
-                        )
-                    if sw > 1.0:
-                        misses[v].append(f"{sn} a{al} {tn}: switches/100 it {sw}")
-                    print(
-                        f"   {v} / best static ({best}): tok/s {rt:.3f}, mean TPOT {rtp:.3f} "
-                        f"(token-weighted {rtk:.3f}, wall-clock {rtw:.3f}); switches/100 it "
-                        f"{sw}; iterations {me['iterations']}; / best peer ({bp}) tok/s {rpe:.3f}"
-                    )
-                if key in tls:
-                    rr = [
-                        RunResult(p, tn, 0, 0, 0, 0, [], [], int(
-                            _f(rows[p], "switches_per_100") * int(rows[p]["iterations"]) / 100
-                            + 0.5), {}, tls[key][p])
-                        for p in TIMELINE_POLICIES if p in tls[key]
-                    ]  # fmt: skip
-                    plot_timeline(
-                        os.path.join(a.out, f"timeline_bursts_{sn}_a{al}.png"),
-                        rr,
-                        f"bursts 2/128, {SHAPES[sn].label()}, alpha {al}: {where}",
-                    )
-    write_csv(os.path.join(a.out, "policy_sweep.csv"), all_rows)
+    for table in trace_tables:
+        for sn in SHAPES:
+            for al in alphas:
+                for tn in trace_names:
+                    runs = cell(table, al, "trace", tn, sn)
+                    statics = {s: runs[s] for s in STATIC_GRID_NAMES}
+                    orc = phase_oracle(statics, a.duration)
+                    o_p99 = orc.tpot_p99_ms
+                    where = f"{label(table)} {sn} a{al} {tn}"
+                    print(f"\n-- (b) trace {runs[a.specfsm].load} ({where}); oracle: "
+                          f"{json.dumps(orc.describe())}")  # fmt: skip
+                    shown = [runs[p].row() for p in (*PEER_NAMES, *SPECFSM)]
+                    print(format_table(shown))
+                    for r in runs.values():
+                        rows_out.append({"table": table, "launch": sn, "alpha": al,
+                                         "phase_tok_s": round(phase_tok_s(r, a.duration), 1),
+                                         "oracle_tok_s": round(orc.tok_s, 1),
+                                         "oracle_tpot_p99_ms": round(o_p99, 3),
+                                         **r.row()})  # fmt: skip
+                    for p in (*PEER_NAMES, *SPECFSM):
+                        r = runs[p]
+                        rt = phase_tok_s(r, a.duration) / orc.tok_s
+                        rp = pct(r.tpot_ms, 99) / o_p99
+                        sw = r.switches_per_100
+                        print(f"   {p:>16} / oracle: tok/s {rt:.3f}, p99 TPOT {rp:.3f}; "
+                              f"switches/100 it {sw:.3f}; iterations {r.iterations}")  # fmt: skip
+                        if p in SPECFSM:
+                            note(p, "b_tput", rt, where)
+                            note(p, "b_tpot", rp, where, lower_is_worse=False)
+                            note(p, "b_sw", sw, where, lower_is_worse=False)
+                            note(p, "b_iters", float(r.iterations), where)
+                            if p == a.specfsm:
+                                if rt < 0.98:
+                                    misses.append(f"{where}: tok/s / oracle {rt:.3f}")
+                                if rp > 1.05:
+                                    misses.append(f"{where}: p99 TPOT / oracle {rp:.3f}")
+                                if sw > 1.0:
+                                    misses.append(f"{where}: switches/100 it {sw:.3f}")
+                    if tn == "bursts" and table == trace_tables[0]:
+                        rr = [runs[p] for p in TIMELINE if runs[p].timeline]
+                        if rr:
+                            plot_timeline(
+                                os.path.join(a.out, f"timeline_bursts_{sn}_a{al}.png"),
+                                rr,
+                                f"bursts 2/128, {label(table)}, {SHAPES[sn].label()}, alpha {al}",
+                            )
+    write_csv(os.path.join(a.out, "policy_sweep.csv"), rows_out)
     with open(os.path.join(a.out, "policy_sweep.json"), "w", encoding="utf-8") as f:
-        json.dump(
-            {"fit": list(fit_spec), "score": list(score_spec), "lazy_zero_tax": lazy,
-             "rows": all_rows},
-            f,
-        )  # fmt: skip
-    print(f"\nwall {wall:.0f} s, {len(tasks)} runs; wrote {a.out}/")
-    for v in VARIANTS:
-        print(f"\nmisses [{v}]: " + ("none" if not misses[v] else ""))
-        for m in misses[v]:
-            print(f"   {m}")
-    print(f"\nfit: {c_fit.table.source} ctx {c_fit.ctx}; score: {c_score.table.source} ctx "
-          f"{c_score.ctx}")  # fmt: skip
-    print(f"scored_on_unfitted_table: {'no' if same else 'yes'} (goal yes)")
-    for v in VARIANTS:
-        g = goals[v]
-        tag = f"[{v}]"
-        print(f"a_min_ratio_vs_best_static{tag}: {min(g['a_static']):.3f} (goal >= 0.99)")
-        print(f"a_min_ratio_vs_best_peer{tag}: {min(g['a_peer']):.3f} (goal >= 1.00)")
-        print(f"b_min_tput_ratio_vs_best_static{tag}: {min(g['b_tput']):.3f} (goal >= 0.99)")
-        print(f"b_max_mean_tpot_ratio_vs_best_static{tag}: {max(g['b_tpot']):.3f} (goal <= 0.90)")
-        print(f"b_max_switches_per_100_iterations{tag}: {max(g['b_sw']):.3f} (goal <= 1)")
-        print(f"b_min_iterations{tag}: {min(g['b_iters']):.0f} (goal >= 20000)")
-        print(
-            f"b_max_token_weighted_tpot_ratio_vs_best_static{tag}: "
-            f"{max(g['b_tpot_tok']):.3f} (info)"
-        )
-        print(
-            f"b_max_wall_clock_tpot_ratio_vs_best_static{tag}: {max(g['b_tpot_wall']):.3f} (info)"
-        )
-        print(f"b_min_tput_ratio_vs_best_peer{tag}: {min(g['b_peer']):.3f} (info)")
-    print(f"a_threshold_warm_min_ratio_vs_best_static: {min(thr_static):.3f} (info)")
+        json.dump({"fit": a.fit_table, "score": scores, "trace_tables": trace_tables,
+                   "specfsm": a.specfsm, "lazy_zero_tax": lazy, "rows": rows_out}, f)  # fmt: skip
+    print(f"\nwall {wall:.0f} s, {len(tasks)} runs on {a.jobs} jobs; wrote {a.out}/")
+    print(f"misses [{a.specfsm}]: " + ("none" if not misses else str(len(misses))))
+    for m in misses[:60]:
+        print(f"   {m}")
+    for v in (other, a.specfsm):
+        g, w = goals[v], worst[v]
+        tag = "" if v == a.specfsm else f"[{v}]"
+        pre = "" if v == a.specfsm else "info; "
+        lines = [("a_min_ratio_vs_best_static_grid", min(g["a_static"]), ">= 0.99"),
+                 ("a_min_ratio_vs_best_peer", min(g["a_peer"]), ">= 1.00")]  # fmt: skip
+        if "b_tput" in g:
+            lines += [("b_min_ratio_vs_phase_oracle", min(g["b_tput"]), ">= 0.98"),
+                      ("b_p99_tpot_ratio_vs_phase_oracle", max(g["b_tpot"]), "<= 1.05"),
+                      ("b_max_switches_per_100_iterations", max(g["b_sw"]), "<= 1")]  # fmt: skip
+        print(f"\n{v}: worst cells: " + "; ".join(f"{k} at {x}" for k, x in w.items()))
+        if "b_iters" in g:
+            print(f"b_min_iterations{tag}: {min(g['b_iters']):.0f} ({pre}goal >= 20000)")
+        for name, val, goal in lines:
+            print(f"{name}{tag}: {val:.3f} ({pre}goal {goal})")
     return 0
 
 
