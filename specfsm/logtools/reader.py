@@ -185,6 +185,9 @@ def _check(event: str, obj: dict[str, Any]) -> str | None:
             )
         if not isinstance(obj.get("reason", ""), str):
             return f"{event}: 'reason' must be a string"
+        for key in ("shape_from", "shape_to"):
+            if not isinstance(obj.get(key, ""), (str, type(None))):
+                return f"{event}: {key!r} must be a shape label or null, got {obj[key]!r:.60}"
     elif event == OBSERVATION and obj.get("mode") not in _MODES:
         return f"{event}: 'mode' is not a mode: {obj.get('mode')!r}"
     if event in (TRANSITION, OBSERVATION):

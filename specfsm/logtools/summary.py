@@ -6,6 +6,8 @@ iteration leave 0-iteration dwells, e.g. DRAINING without overlap). A run's last
 the last one logged (observation lines make that exact; without them, the tail after the last
 line is unknown). Time: `ts` of the lines, from the run's first line to its last.
 Switches: decisions (LOAD_HIGH, LOAD_LOW, FAULT), not completions (DRAINED, RESYNCED).
+Reshapes: shape changes inside SPECULATING (RESHAPE), counted apart from the switches, with the
+shapes they changed to (`shape_to`); they do not end a dwell (the mode stays).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Any
 
 import attrs
 
-from specfsm.fsm.table import Mode
+from specfsm.fsm.table import SHAPE_EVENTS, Mode
 from specfsm.logtools.reader import Engine, LogSet, Record, Run
 
 SWITCH_TRIGGERS = frozenset({"LOAD_HIGH", "LOAD_LOW", "FAULT"})
+#: Shape changes inside a mode (RESHAPE): no mode switch, no new dwell.
+SHAPE_TRIGGERS = frozenset(e.name for e in SHAPE_EVENTS)
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 MODES = [m.value for m in Mode]
 
@@ -70,6 +74,8 @@ def dwells(run: Run) -> list[Dwell]:
     mode = run.initial_mode.value
     start_it, start_ts = 1, run.first_ts
     for t in run.transitions:
+        if t.data["trigger"] in SHAPE_TRIGGERS and t.data["src"] == mode:
+            continue  # a shape change: the mode and its dwell go on
         if t.data["src"] != mode:
             out.append(Dwell(mode, start_it, t.iteration, start_ts, t.ts, True))
             mode, start_it, start_ts = t.data["src"], t.iteration, t.ts
@@ -92,6 +98,9 @@ class Stats:
     mode_seconds: dict[str, float] = attrs.Factory(lambda: dict.fromkeys(MODES, 0.0))
     transitions: Counter[tuple[str, str, str, str]] = attrs.Factory(Counter)
     switches: int = 0
+    #: RESHAPE transitions, and how many went to each shape (its label; "?" when not logged)
+    reshapes: int = 0
+    reshape_to: Counter[str] = attrs.Factory(Counter)
     longest: Dwell | None = None
     shortest: Dwell | None = None
     action_failed: list[Record] = attrs.Factory(list)
@@ -138,6 +147,9 @@ class Stats:
             key = (t.data["src"], t.data["dst"], t.data["trigger"])
             self.transitions[(*key, reason_pattern(str(t.data.get("reason", ""))))] += 1
             self.switches += t.data["trigger"] in SWITCH_TRIGGERS
+            if t.data["trigger"] in SHAPE_TRIGGERS:
+                self.reshapes += 1
+                self.reshape_to[str(t.data.get("shape_to") or "?")] += 1
         failed_at = {r.iteration for r in run.action_failed}
         self.jumps += [(t, t.iteration in failed_at) for t in jumps(run)]
         self.action_failed += run.action_failed
@@ -151,6 +163,10 @@ class Stats:
     @property
     def switches_per_100(self) -> float:
         return 100.0 * self.switches / self.iterations if self.iterations else 0.0
+
+    @property
+    def reshapes_per_100(self) -> float:
+        return 100.0 * self.reshapes / self.iterations if self.iterations else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         def dw(d: Dwell | None) -> dict[str, Any] | None:
@@ -176,6 +192,9 @@ class Stats:
             "mode_dwell_iterations": {m: list(v) for m, v in self.mode_dwell.items()},
             "switches": self.switches,
             "switches_per_100_iterations": round(self.switches_per_100, 3),
+            "reshapes": self.reshapes,
+            "reshapes_per_100_iterations": round(self.reshapes_per_100, 3),
+            "reshape_to": dict(sorted(self.reshape_to.items())),
             "longest_dwell": dw(self.longest),
             "shortest_dwell": dw(self.shortest),
             "action_failed": [_brief(r, "action", "error") for r in self.action_failed],
@@ -322,6 +341,12 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
         f"  switches (LOAD_HIGH/LOAD_LOW/FAULT): {st.switches}, "
         f"{st.switches_per_100:.2f} per 100 iterations"
     )
+    if st.reshapes:
+        to = ", ".join(f"{k} {n}" for k, n in sorted(st.reshape_to.items()))
+        lines.append(
+            f"  reshapes (RESHAPE, inside SPECULATING): {st.reshapes}, "
+            f"{st.reshapes_per_100:.2f} per 100 iterations; to: {to}"
+        )
     lines.append(f"  longest dwell:  {_dwell_text(st.longest)}")
     lines.append(f"  shortest dwell: {_dwell_text(st.shortest)}")
     rows = sorted(st.transitions.items(), key=lambda x: (-x[1], x[0]))
