@@ -1,9 +1,11 @@
 """SGLang's ModeActions: the only code that attaches, detaches or releases mode-specific state.
 
 What each mode owns in SGLang 0.5.23 (see docs/sglang.md):
-- SPECULATING attaches the K-wide runtime state (draft backends, verify graph/backend,
-  draft-extend backend for `speculative_num_steps` / `num_draft_tokens` = K): built by SGLang at
-  start-up, registered by specfsm.
+- SPECULATING attaches the K-wide runtime state of its current draft shape (draft backends,
+  verify graph/backend, draft-extend backend for `speculative_num_steps` / `num_draft_tokens` =
+  K): the launch shape's built by SGLang at start-up, every other configured shape's (config
+  ``shapes``) built by specfsm at start-up with SGLang's `build_adaptive_runtime_state`. A
+  RESHAPE (SPECULATING -> SPECULATING) attaches another shape's state and nothing else.
 - DRAINING, PLAIN and RESYNCING attach the 1-wide runtime state (steps=0, one verify token,
   built by `EAGLEWorkerV2.build_adaptive_runtime_state(0, 1)` at start-up): one target token
   per request, no draft step.
@@ -57,9 +59,27 @@ class SGLangModeActions:
         w.speculative_num_steps = -1  # defeat the early return: apply every field
         w.apply_runtime_state(state)
 
+    def _shape_state(self) -> Any:
+        """The runtime state of the machine's current shape (the launch shape's by default)."""
+        states = getattr(self.ctl, "shape_states", None)
+        fsm = getattr(self.ctl, "fsm", None)
+        if states and fsm is not None and fsm.shape in states:
+            return states[fsm.shape]
+        return self.spec_state
+
     # SPECULATING -------------------------------------------------------------------------
     def enter_speculating(self, t: TransitionInfo) -> None:
-        self._attach(self.spec_state)
+        self._attach(self._shape_state())
+
+    def reshape_speculating(self, t: TransitionInfo) -> None:
+        # RESHAPE (a SPECULATING self-transition): attach the target shape's pre-built state.
+        # The next forward drafts and verifies in the new width; a batch of the old shape still
+        # in flight (overlap) completes with the state it was launched with (its verify
+        # tensors live on that batch, the runtime state only shapes new forwards), and its
+        # accept lengths are attributed to the old shape (Controller._wide_its).
+        if t.shape is None or t.shape not in self.ctl.shape_states:
+            raise RuntimeError(f"RESHAPE to a shape with no runtime state: {t.shape!r}")
+        self._attach(self.ctl.shape_states[t.shape])
 
     def exit_speculating(self, t: TransitionInfo) -> None:
         # The K-wide state is NOT released here: a batch launched with it may be in flight

@@ -66,16 +66,38 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
                 )
         return None
 
-    def width(want_steps: int, want_tokens: int) -> Callable[[BatchSubject], Violation | None]:
+    def width(
+        want_steps: int | None, want_tokens: int | None
+    ) -> Callable[[BatchSubject], Violation | None]:
+        """The worker's width is (want_steps, want_tokens); None: the machine's current shape
+        (SPECULATING: the forward must be as wide as the shape the last RESHAPE attached)."""
+
         def check(s: BatchSubject) -> Violation | None:
             w = ctl.worker
             got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
-            if got != (want_steps, want_tokens):
+            if want_steps is None or want_tokens is None:
+                shape = ctl.fsm.shape
+                if shape is None:
+                    want = (ctl.spec_steps, ctl.spec_tokens)
+                else:
+                    want = (shape.steps, shape.draft_tokens)
+            else:
+                want = (want_steps, want_tokens)
+            if got != want:
                 return Violation(
                     "worker (speculative_num_steps, speculative_num_draft_tokens)",
-                    f"({want_steps}, {want_tokens})",
+                    f"{want} (the attached shape)",
                     str(got),
                 )
+            if want_steps is None and ctl.fsm.shape is not None:
+                state = ctl.shape_states.get(ctl.fsm.shape)
+                tmr = w._target_worker.model_runner
+                if state is not None and tmr.attn_backend is not state.target_attn_backend:
+                    return Violation(
+                        "target runner attn_backend",
+                        f"the verify backend of {ctl.fsm.shape.label()}",
+                        type(tmr.attn_backend).__name__ + " of another state",
+                    )
             dw = w._draft_worker
             if (dw.speculative_num_steps, dw.speculative_num_draft_tokens) != got:
                 return Violation(
@@ -109,7 +131,7 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
         return check
 
     common = [draft_input, rows]
-    wide = [*common, width(ctl.spec_steps, ctl.spec_tokens), target_state(False)]
+    wide = [*common, width(None, None), target_state(False)]
     drain = [*common, width(0, 1), target_state(False)]
     plain = [*common, width(0, 1), target_state(True)]
     return Contracts(

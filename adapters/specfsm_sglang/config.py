@@ -38,6 +38,14 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     below 2 x batch size + lag_tokens, so that RESYNCING ends)
   max_policy_faults faults of one policy after which it is replaced by the fixed PLAIN policy
                     (default 3)
+  shapes            draft shapes SPECULATING may switch between (RESHAPE), besides the server's
+                    launch shape, e.g. ["chain1", "chain2", "chain5", "chain7"]: each gets a
+                    runtime state (draft/verify/draft-extend backends and CUDA graphs) built at
+                    start-up, its memory logged; start-up is refused with the reason when one
+                    does not fit. Every shape must have the server's top-k (chains with a chain
+                    server, trees of the same top-k with a tree server). Default []: only the
+                    launch shape. A goodput policy's "shapes" must be among them (or, when this
+                    key is absent, become them)
 
 Every value is checked before SGLang starts a worker. A refusal is a `ConfigError` whose text is
 one line, ``<key>: <reason>`` (e.g. ``observe_seconds: expected a number >= 0, got 'soon'``);
@@ -56,7 +64,7 @@ import attrs
 
 from specfsm import Policy
 from specfsm.fsm.machine import DEFAULT_MAX_POLICY_FAULTS
-from specfsm.model.acceptance import parse_shape
+from specfsm.model.acceptance import DraftShape, parse_shape
 from specfsm.policy import registry
 
 ENV_FILE = "SPECFSM_CONFIG"
@@ -195,6 +203,66 @@ def check_policy_shape(
         )
 
 
+def check_shapes(key: str, value: object) -> list[DraftShape]:
+    """A list of draft-shape labels ("chain5", "4,2,16", [1, 5, 6]) -> DraftShapes."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            key, f'expected a list of shapes such as ["chain1", "chain5"], got {value!r}'
+        )
+    out: list[DraftShape] = []
+    for i, item in enumerate(value):
+        try:
+            out.append(parse_shape(item))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{key}[{i}]", str(exc)) from exc
+    return out
+
+
+def policy_shapes(spec: object) -> list[DraftShape]:
+    """The shapes a goodput policy chooses among ([] when it names none)."""
+    if not isinstance(spec, Mapping) or spec.get("name") != "goodput":
+        return []
+    return check_shapes("policy.shapes", spec.get("shapes", []))
+
+
+def engine_shapes(cfg: Config, launch: DraftShape) -> list[DraftShape]:
+    """Every shape the engine builds a runtime state for, the launch shape first: the
+    config's `shapes`, or the goodput policy's when the config names none."""
+    listed = check_shapes("shapes", cfg.shapes) or policy_shapes(cfg.policy)
+    out = [launch]
+    for s in listed:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def check_engine_shapes(cfg: Config, shape: tuple[int, int, int | None]) -> None:
+    """Refuse shapes the engine cannot switch to: another top-k than the server's (SGLang's
+    FutureMap relay and attention backends are built for one top-k), or a policy shape
+    the engine builds no state for."""
+    topk, steps, tokens = shape
+    if steps <= 0:
+        return
+    launch = DraftShape(topk, steps, tokens if tokens is not None else steps + 1)
+    built = engine_shapes(cfg, launch)
+    for s in built[1:]:
+        if s.topk != topk:
+            raise ConfigError(
+                "shapes",
+                f"{s.label()} has top-k {s.topk} but the server drafts with top-k {topk} "
+                f"({shape_label(topk, steps, tokens)}): SGLang's FutureMap relay and attention "
+                "backends are built for one top-k, so every shape must share it (chains with a "
+                "chain server, trees of the same top-k with a tree server)",
+            )
+    for s in policy_shapes(cfg.policy):
+        if s not in built:
+            raise ConfigError(
+                "policy.shapes",
+                f"{s.label()} is not among the engine's shapes "
+                f"{[b.label() for b in built]}: add it to the config's \"shapes\"",
+            )
+
+
 # ------------------------------------------------------------------------------- the config
 def _v(check: Callable[[str, object], Any]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     """An attrs validator running `check(key, value)`."""
@@ -250,6 +318,9 @@ class Config:
     #: lag tokens one RESYNCING iteration catches up at most (more: RESYNCING spans several
     #: iterations, serving plainly meanwhile); must exceed the largest decode batch
     catchup_tokens: int = attrs.field(default=8192, validator=_v(lambda k, v: check_int(k, v, 2)))
+    #: draft shapes besides the launch shape that SPECULATING may RESHAPE to (labels as
+    #: `parse_shape` reads them); each gets a runtime state built at start-up
+    shapes: list[str] = attrs.field(factory=list, validator=_v(lambda k, v: check_shapes(k, v)))
     #: the policy built while validating `policy`, handed to the first `take_policy()`
     _built_policy: Policy | None = attrs.field(init=False, default=None, eq=False, repr=False)
 

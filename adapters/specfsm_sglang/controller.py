@@ -43,6 +43,7 @@ from specfsm import (
     TransitionRecord,
     json_logger,
 )
+from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, config
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
@@ -147,6 +148,14 @@ class Controller:
             speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=_graph_bs()
         )
         self.build_plain_s = time.perf_counter() - t0
+        #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
+        #: each with its pre-built runtime state (the launch shape's is SGLang's own)
+        self.launch_shape = DraftShape(self.topk, self.spec_steps, self.spec_tokens)
+        self.shape_states: dict[DraftShape, Any] = {self.launch_shape: self.spec_state}
+        #: per shape: build seconds and device bytes (0 on CPU), for the config log line
+        self.shape_builds: dict[str, dict[str, float]] = {}
+        for shape in config.engine_shapes(cfg, self.launch_shape)[1:]:
+            self.shape_states[shape] = self._build_shape_state(shape)
 
         # per-iteration bookkeeping read by the actions and the completion events
         self.inflight_wide = 0
@@ -156,9 +165,19 @@ class Controller:
         self.running = 0
         self.queued = 0
         self.accept_lens: tuple[int, ...] = ()
-        # iterations of the K-wide forwards whose results are not processed yet (oldest first)
-        self._wide_its: deque[int] = deque(maxlen=8)
+        # (iteration, shape) of the K-wide forwards whose results are not processed yet
+        # (oldest first): a result's accept lengths belong to the shape it was drafted with
+        self._wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
         self._last_correct: list[int] | None = None
+        #: the shape of the verify whose accept lengths are in `accept_lens`
+        self.accept_shape: DraftShape | None = None
+        # the previous decode forward: (start time, bs, shape or None, kind); its measured
+        # duration (the next decode forward's start minus its start, no prefill between) is
+        # the observation's step_ms, for a policy that calibrates its costs online
+        self._prev_t = 0.0
+        self._prev_bs = 0
+        self._prev_shape: DraftShape | None = None
+        self._prev_kind = ""
 
         #: called at the points ControllerObserver documents (see there)
         self.observers: list[ControllerObserver] = []
@@ -183,6 +202,8 @@ class Controller:
             cfg.take_policy(),
             actions,
             initial=Mode.SPECULATING,
+            shapes=tuple(self.shape_states),
+            shape=self.launch_shape,
             log=self.log,
             observe_every=cfg.observe_every,
             observe_seconds=float(cfg.observe_seconds),
@@ -234,6 +255,10 @@ class Controller:
                     else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
                 ),
                 "build_plain_state_s": round(self.build_plain_s, 3),
+                "shape_states": {
+                    "launch": self.launch_shape.label(),
+                    **self.shape_builds,
+                },
                 **{k: v for k, v in cfg.as_dict().items() if k != "policy"},
                 "policy": self.fsm.policy.describe(),
             }
@@ -243,6 +268,35 @@ class Controller:
         if Mode[cfg.initial_mode] is Mode.PLAIN:
             self.fsm.process_event(Event.LOAD_HIGH, None, "initial_mode: PLAIN")
             self.fsm.process_event(Event.DRAINED, None, "start-up: no batch in flight")
+
+    def _build_shape_state(self, shape: DraftShape) -> Any:
+        """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA
+        graphs, `build_adaptive_runtime_state`), its time and device memory recorded; a shape
+        that does not fit refuses the start-up with the reason (ConfigError)."""
+        import torch
+
+        cuda = torch.cuda.is_available()
+        free0 = torch.cuda.mem_get_info()[0] if cuda else 0
+        t0 = time.perf_counter()
+        try:
+            state = self.worker.build_adaptive_runtime_state(
+                speculative_num_steps=shape.steps,
+                speculative_num_draft_tokens=shape.draft_tokens,
+                cuda_graph_bs=_graph_bs(),
+            )
+        except torch.OutOfMemoryError as exc:
+            raise ConfigError(
+                "shapes",
+                f"the runtime state of {shape.label()} does not fit in device memory "
+                f"({free0 / 2**20:.0f} MiB were free before building it; states built so far: "
+                f"{self.shape_builds}): drop shapes or lower --mem-fraction-static ({exc})",
+            ) from None
+        used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
+        self.shape_builds[shape.label()] = {
+            "build_s": round(time.perf_counter() - t0, 3),
+            "device_mib": round(used / 2**20, 1),
+        }
+        return state
 
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
@@ -279,6 +333,8 @@ class Controller:
             mean_ctx = ctx_tokens // bs if bs > 0 else 0
         elif self.global_load is not None:
             bs = self.global_load(bs)
+        now = time.perf_counter()
+        prev_t = self._prev_t
         obs = Observation(
             iteration=it,
             decode_bs=bs,
@@ -287,6 +343,12 @@ class Controller:
             queued=self.queued,
             rank=self.rank,
             mean_ctx=mean_ctx,
+            accept_shape=self.accept_shape,
+            step_ms=(now - prev_t) * 1000.0 if prev_t else 0.0,
+            step_bs=self._prev_bs if prev_t else 0,
+            step_shape=self._prev_shape,
+            step_kind=self._prev_kind if prev_t else "",
+            shape=self.fsm.shape,
         )
         fsm = self.fsm
         try:
@@ -308,6 +370,13 @@ class Controller:
                 o.on_fault(self, exc)
             raise
         mode = fsm.mode
+        self._prev_t = now
+        self._prev_bs = bs
+        if mode is Mode.SPECULATING:
+            self._prev_shape, self._prev_kind = fsm.shape, "spec"
+        else:
+            self._prev_shape = None
+            self._prev_kind = "resync" if mode is Mode.RESYNCING else "plain"
         sub = self._subject
         sub.batch = batch
         if observers:
@@ -325,7 +394,7 @@ class Controller:
         wide = self.worker.speculative_num_steps > 0
         if wide:
             self.inflight_wide += 1
-            self._wide_its.append(self.iteration)
+            self._wide_its.append((self.iteration, self.fsm.shape))
         elif self.resync_left > 0 and self.zero_tax is None:
             # warm PLAIN: RESYNCING lasts resync_forwards forwards (zero-tax: until the
             # catch-up reports every request caught up, `ZeroTaxPlain.resync_done`)
@@ -335,7 +404,9 @@ class Controller:
                 o.after_forward(self, batch, result, wide)
 
     def note_extend(self, batch: Any) -> None:
-        """A forward that is not a decode is about to run (only the observers care)."""
+        """A forward that is not a decode is about to run: the next decode forward's step time
+        would include it, so it is not reported (step_ms 0)."""
+        self._prev_t = 0.0
         if self.observers:
             for o in self.observers:
                 o.on_extend(self, batch)
@@ -353,10 +424,13 @@ class Controller:
             return
         if self.inflight_wide > 0:
             self.inflight_wide -= 1
-        round_it = self._wide_its.popleft() if self._wide_its else self.iteration
+        round_it, shape = (
+            self._wide_its.popleft() if self._wide_its else (self.iteration, self.fsm.shape)
+        )
         correct = self._last_correct
         if correct is not None:
             self.accept_lens = tuple(n + 1 for n in correct)
+            self.accept_shape = shape
             # the observation lines name the K-wide round these accept lengths come from
             self.log.accept_lens_iteration = round_it
             self._last_correct = None
@@ -427,6 +501,13 @@ class Controller:
                 config.check_policy_shape(
                     change.policy, (self.topk, self.spec_steps, self.spec_tokens), "control.policy"
                 )
+                for s in config.policy_shapes(change.policy):
+                    if s not in self.shape_states:
+                        raise ConfigError(
+                            "control.policy.shapes",
+                            f"{s.label()} has no runtime state on this server (built: "
+                            f"{[b.label() for b in self.shape_states]}; config key \"shapes\")",
+                        )
                 policy = make_policy(change.policy, key="control.policy")
             else:
                 policy = make_policy(self.cfg.policy)  # unpin: back to the configured one

@@ -88,6 +88,7 @@ def launch_check(server_args: Any) -> None:
         if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
             raise ConfigError("plain", why)
         config.check_policy_shape(cfg.policy, config.server_shape(server_args))
+        config.check_engine_shapes(cfg, config.server_shape(server_args))
     except ConfigError as exc:
         _refuse(exc)
     _state.tokenizer_active = True
@@ -178,6 +179,7 @@ def register(cfg: Config) -> None:
             if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
                 raise ConfigError("plain", why)
             config.check_policy_shape(cfg.policy, config.server_shape(server_args))
+            config.check_engine_shapes(cfg, config.server_shape(server_args))
         except ConfigError as exc:
             _refuse(exc)
 
@@ -212,8 +214,7 @@ def register(cfg: Config) -> None:
             return orig(self, batch, *args, **kwargs)
         zt = ctl.zero_tax
         if not compat.is_decode_forward(batch):
-            if ctl.observers:
-                ctl.note_extend(batch)
+            ctl.note_extend(batch)
             out = orig(self, batch, *args, **kwargs)
             if zt is not None:
                 zt.note_prefill(batch)  # SGLang's prefill draft-extend: their draft is warm

@@ -64,6 +64,9 @@ class FaultInjector:
     def exit_speculating(self, t: TransitionInfo) -> None:
         self._run("exit_speculating", t)
 
+    def reshape_speculating(self, t: TransitionInfo) -> None:
+        self._run("reshape_speculating", t)
+
     def enter_draining(self, t: TransitionInfo) -> None:
         self._run("enter_draining", t)
 

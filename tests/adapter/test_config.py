@@ -239,3 +239,29 @@ def test_a_config_builds_its_policy_once(monkeypatch: pytest.MonkeyPatch) -> Non
     assert len(calls) == 2 and second is not first
     allowed = cfg_mod.Config.keys()
     assert "_built_policy" not in cfg.as_dict() and "_built_policy" not in allowed
+
+
+def test_shapes_parsed_and_refused_in_one_line() -> None:
+    """`shapes` takes shape labels; a bad one is refused naming its index."""
+    assert Config.from_mapping({"shapes": ["chain1", "4,3,8"]}).shapes == ["chain1", "4,3,8"]
+    with pytest.raises(ConfigError) as exc:
+        Config.from_mapping({"shapes": ["chain1", "banana"]})
+    assert refusal_line(exc.value).startswith("specfsm: refusing to start: shapes[1]:")
+    with pytest.raises(ConfigError, match="expected a list of shapes"):
+        Config.from_mapping({"shapes": "chain1"})
+
+
+def test_engine_shapes_share_the_launch_topk() -> None:
+    """Every extra shape must have the server's top-k; the launch shape always comes first."""
+    from specfsm_sglang.config import check_engine_shapes, engine_shapes
+
+    cfg = Config.from_mapping({"shapes": ["chain1", "chain3", "chain5"]})
+    assert engine_shapes(cfg, DraftShape.chain(3)) == [
+        DraftShape.chain(3),
+        DraftShape.chain(1),
+        DraftShape.chain(5),
+    ]
+    check_engine_shapes(cfg, (1, 3, 4))
+    with pytest.raises(ConfigError, match="top-k 1 but the server drafts with top-k 4"):
+        check_engine_shapes(cfg, (4, 2, 8))
+    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8))
