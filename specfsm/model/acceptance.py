@@ -158,3 +158,55 @@ def parse_shape(shape: object) -> DraftShape:
     except (TypeError, KeyError, ValueError) as exc:
         raise ValueError(f"bad draft shape {shape!r}: {exc}") from exc
     raise ValueError(f"bad draft shape {shape!r}: use {SHAPE_SYNTAX}")
+
+
+#: The shape grid of issue 13: chains of 1, 2, 3, 5 and 7 steps and the trees (topk 4, 2 steps,
+#: 16 tokens; the seeds') and (topk 4, 3 steps, 8 tokens).
+DEFAULT_SHAPE_GRID: tuple[DraftShape, ...] = (
+    DraftShape.chain(1),
+    DraftShape.chain(2),
+    DraftShape.chain(3),
+    DraftShape.chain(5),
+    DraftShape.chain(7),
+    DraftShape(4, 2, 16),
+    DraftShape(4, 3, 8),
+)
+
+
+def shape_text(shape: DraftShape) -> str:
+    """The short spelling `parse_shape` reads back: "chainN" or "topk,steps,draft_tokens"."""
+    if shape.is_chain:
+        return f"chain{shape.steps}"
+    return f"{shape.topk},{shape.steps},{shape.draft_tokens}"
+
+
+def parse_shape_list(shapes: object) -> tuple[DraftShape, ...]:
+    """Shapes from a list of shapes (each as `parse_shape` reads it) or one string of them
+    separated by commas, semicolons or spaces, where a tree is three numbers in a row:
+    "chain1,chain2,chain3,chain5,chain7,4,2,16" or "chain3 4,2,16". Duplicates are dropped,
+    order kept. ValueError names the bad item."""
+    if isinstance(shapes, str):
+        words = [w for w in shapes.replace(";", ",").replace(" ", ",").split(",") if w.strip()]
+        items: list[object] = []
+        i = 0
+        while i < len(words):
+            w = words[i].strip()
+            if w.isdigit():
+                if i + 3 > len(words):
+                    raise ValueError(
+                        f"bad shape list {shapes!r}: a tree is topk,steps,draft_tokens "
+                        f"(three numbers), got {','.join(words[i:])!r}"
+                    )
+                items.append(",".join(x.strip() for x in words[i : i + 3]))
+                i += 3
+            else:
+                items.append(w)
+                i += 1
+    elif isinstance(shapes, (list, tuple)):
+        items = list(shapes)
+    else:
+        raise ValueError(f"bad shape list {shapes!r}: expected a list or a string of shapes")
+    out = [parse_shape(x) for x in items]
+    if not out:
+        raise ValueError("empty shape list")
+    return tuple(dict.fromkeys(out))

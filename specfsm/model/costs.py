@@ -269,6 +269,16 @@ def merge_tables(tables: Sequence[CostTable]) -> CostTable:
     return CostTable(rows, "+".join(t.source for t in tables))
 
 
+def overlay_table(prior: CostTable, profile: CostTable) -> CostTable:
+    """`prior` with `profile` laid over it: every (model, q, ctx) series the profile measures
+    (at any batch size) replaces the prior's series of that (model, q, ctx) entirely, so one
+    curve never mixes two engines' batch sizes; the prior's other series stay (the engine's
+    start-up profile over a shipped table)."""
+    have = {(m, q, c) for m, _, q, c, _ in profile.rows}
+    rows = [r for r in prior.rows if (r[0], r[2], r[3]) not in have]
+    return CostTable([*rows, *profile.rows], f"{profile.source or 'profile'}>{prior.source}")
+
+
 def load_table(name_or_path: str) -> CostTable:
     """Load a table from a file path, or by package-data name (e.g. ``h200_llama8b_shared_ref``).
     ``"a+b"`` loads both and merges them (`merge_tables`), e.g.
@@ -419,6 +429,40 @@ class CostModel:
             + (s.steps - 1) * self.draft_ms(bs, s.topk)
             + self.extend_ms(bs, s.draft_tokens)
         )
+
+    def unmeasured(self, shape: DraftShape | None = None) -> list[str]:
+        """Why `shape`'s speculative iteration is interpolated rather than priced from measured
+        rows: one line per forward whose q the table lacks at this model's context (the
+        verify width draft_tokens of the target, the draft step's q = topk when steps > 1,
+        the draft-extend's q = draft_tokens); empty when every forward is measured."""
+        s = shape if shape is not None else self.shape
+        out: list[str] = []
+
+        def qs(model: str) -> list[int]:
+            ctxs = self.table.contexts(model)
+            return self.table.qs(model, _nearest(ctxs, self.ctx))
+
+        tq = qs(self.target)
+        if s.draft_tokens not in tq:
+            out.append(f"verify q={s.draft_tokens} not measured ({self.target} q in {tq})")
+        if s.steps > 1:
+            dq = qs(self.draft)
+            if s.topk not in dq:
+                out.append(f"draft step q={s.topk} not measured ({self.draft} q in {dq})")
+        eq = qs(self.extend)
+        if s.draft_tokens not in eq:
+            if self.extend != self.draft and s.draft_tokens < self._extend_min_q:
+                dq = qs(self.draft)
+                if s.draft_tokens not in dq:
+                    out.append(
+                        f"draft-extend q={s.draft_tokens} not measured (below {self.extend}'s "
+                        f"q {eq}; {self.draft} q in {dq})"
+                    )
+            else:
+                out.append(
+                    f"draft-extend q={s.draft_tokens} not measured ({self.extend} q in {eq})"
+                )
+        return out
 
     def warm_estimate_ms(self, bs: float) -> float:
         """Warm plain step estimated from its parts: K=1 verify ~ decode, + K=1 draft-extend."""

@@ -48,32 +48,51 @@ State: the EMA, a streak counter, the mode-entry iteration, and a per-bs predict
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
-from specfsm.model.acceptance import parse_shape
+from specfsm.model.acceptance import (
+    DraftShape,
+    alpha_from_accept_length,
+    parse_shape,
+    parse_shape_list,
+    shape_text,
+)
 from specfsm.model.costs import (
     PLAIN_VARIANTS,
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
     SHARED_REF,
     CostModel,
+    CostTable,
     check_plain_variant,
     load_table,
+    overlay_table,
 )
 from specfsm.policy.base import Hysteresis
+from specfsm.policy.learn import DepthAcceptance, StepCalibration
+
+#: Observation.step_kind values the calibration learns from (see the module docstring).
+STEP_SPEC, STEP_PLAIN, STEP_WARM = "spec", "plain", "warm"
 
 
 class GoodputPolicy(Hysteresis):
-    """Pick the mode with the higher predicted goodput; hysteresis margin, debounce, dwell."""
+    """Pick the mode (and, with `shapes`, the draft shape) with the higher predicted goodput;
+    hysteresis margin, debounce, dwell (see the module docstring)."""
+
+    #: iterations between two refreshes of the shapes' predicted accept lengths
+    accept_refresh = 8
 
     def __init__(
         self,
         cost: CostModel,
         accept_len: float,
         *,
+        shapes: Sequence[DraftShape] = (),
+        profile: CostTable | str | None = None,
+        calibrate: bool = True,
         ema_alpha: float = 0.01,
         margin: float = 0.02,
         debounce: int = 4,
@@ -83,6 +102,12 @@ class GoodputPolicy(Hysteresis):
         relax_half_life: int = 512,
         ctx_bucket: int = 256,
         plain: str = PLAIN_ZERO_TAX,
+        shape_margin: float = 0.005,
+        shape_debounce: int = 8,
+        shape_dwell: int = 128,
+        cal_ema: float = 0.1,
+        depth_ema: float = 0.003,
+        rho: float = 0.5,
     ) -> None:
         try:
             plain = check_plain_variant(plain)
@@ -94,16 +119,37 @@ class GoodputPolicy(Hysteresis):
             raise ValueError(f"GoodputPolicy: accept_len (incl. bonus) must be >= 1: {accept_len}")
         if not 0.0 < ema_alpha <= 1.0:
             raise ValueError(f"GoodputPolicy: ema_alpha must be in (0, 1]: {ema_alpha}")
-        if margin < 0:
-            raise ValueError(f"GoodputPolicy: margin must be >= 0: {margin}")
+        if margin < 0 or shape_margin < 0:
+            raise ValueError(f"GoodputPolicy: margins must be >= 0: {margin}, {shape_margin}")
         if debounce < 1 or min_dwell < 0 or horizon < 1:
             raise ValueError("GoodputPolicy: need debounce >= 1, min_dwell >= 0, horizon >= 1")
+        if shape_debounce < 1 or shape_dwell < 0:
+            raise ValueError("GoodputPolicy: need shape_debounce >= 1, shape_dwell >= 0")
         if ctx_bucket < 1:
             raise ValueError(f"GoodputPolicy: ctx_bucket must be >= 1: {ctx_bucket}")
         if relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {relax_half_life}")
+        if not 0.0 < cal_ema <= 1.0 or not 0.0 < depth_ema <= 1.0:
+            raise ValueError(f"GoodputPolicy: cal_ema, depth_ema must be in (0, 1]: {cal_ema}")
+        bad = [s for s in shapes if not isinstance(s, DraftShape)]
+        if bad:
+            raise ValueError(f"GoodputPolicy: shapes must be DraftShape, got {bad[0]!r}")
         super().__init__(debounce, min_dwell)
         self.cost = cost
+        self.launch_shape = cost.shape
+        self.profile = (
+            None
+            if profile is None
+            else (profile if isinstance(profile, CostTable) else load_table(profile))
+        )
+        if self.profile is not None:
+            table = overlay_table(cost.table, self.profile)
+            ext = cost.extend if cost.extend in table.models else None
+            self.prior: CostModel = CostModel(
+                table, cost.shape, ctx=cost.ctx, target=cost.target, draft=cost.draft, extend=ext
+            )
+        else:
+            self.prior = cost
         self.prior_accept_len = float(accept_len)
         self.ema_accept_len = float(accept_len)
         self.ema_alpha = ema_alpha
@@ -112,14 +158,50 @@ class GoodputPolicy(Hysteresis):
         self.lag_cap = lag_cap
         self.relax_half_life = relax_half_life
         self.ctx_bucket = ctx_bucket
+        self.shape_margin = shape_margin
+        self.shape_debounce = shape_debounce
+        self.shape_dwell = shape_dwell
+        self.rho = rho
         #: the table measures several context lengths: price each iteration at its mean_ctx
-        self.ctx_aware = len(cost.contexts) > 1
+        self.ctx_aware = len(self.prior.contexts) > 1
         #: fraction of (prior - estimate) recovered per PLAIN iteration (0: never)
         self._relax = 1.0 - 0.5 ** (1.0 / relax_half_life) if relax_half_life else 0.0
         self.plain = plain
-        self._cache: dict[tuple[int, int], tuple[float, float]] = {}  # (bs, ctx) -> (off, spec) ms
+        self._off_kind = STEP_WARM if plain == PLAIN_WARM else STEP_PLAIN
+        #: the shapes chosen among (the launch shape first when it was not listed); empty:
+        #: on/off of the launch shape only
+        self.shapes: tuple[DraftShape, ...] = tuple(dict.fromkeys(shapes))
+        if self.shapes and cost.shape not in self.shapes:
+            self.shapes = (cost.shape, *self.shapes)
+        self._cands: tuple[DraftShape, ...] = self.shapes or (cost.shape,)
+        self._index = {s: i for i, s in enumerate(self._cands)}
+        self._cur = self._index[cost.shape]  # the machine's current shape (index)
+        #: the shape a RESHAPE asks for (read by the machine)
+        self.next_shape: DraftShape | None = None
+        self.depth_ema = depth_ema
+        self.depths = DepthAcceptance(
+            alpha_from_accept_length(accept_len, cost.shape, rho),
+            rho=rho,
+            ema_alpha=depth_ema,
+            relax_half_life=relax_half_life,
+        )
+        self.calibration: StepCalibration | None = (
+            StepCalibration(ema=cal_ema) if calibrate else None
+        )
+        self._cal_seen = 0
+        self._last_ctx = 0  # the mean_ctx of the previous iteration (the step measured now)
+        # (bs, ctx bucket) -> (off ms, spec ms per candidate), corrected
+        self._cache: dict[tuple[int, int], tuple[float, tuple[float, ...]]] = {}
+        self._prior_memo: dict[tuple[str, DraftShape | None, int, int], float] = {}
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
+        self._acc: tuple[float, ...] = tuple(self.depths.accept_length(s) for s in self._cands)
+        self._acc_version = self.depths.version
+        self._acc_at = -(10**9)
+        self._shape_streak = 0
+        self._shape_since = -(10**9)  # iteration of the last RESHAPE
+        self._exploring = False  # the current shape was chosen before it was ever measured
 
+    # ------------------------------------------------------------------ costs
     def _bucket(self, ctx: int) -> int:
         """The context the costs are priced at: 0 (the configured one) unless the table is
         multi-context and `ctx` is known, else `ctx` rounded to a multiple of `ctx_bucket`."""
@@ -128,57 +210,180 @@ class GoodputPolicy(Hysteresis):
         return CostModel.ctx_bucket_of(ctx, self.ctx_bucket)
 
     def _model(self, ctx: int) -> CostModel:
-        """The cost model at context `ctx` (0: the configured one)."""
+        """The prior cost model at context `ctx` (0: the configured one)."""
         b = self._bucket(ctx)
-        return self.cost.at_ctx_bucket(b, self.ctx_bucket) if b else self.cost
+        return self.prior.at_ctx_bucket(b, self.ctx_bucket) if b else self.prior
 
-    def _costs(self, bs: int, ctx: int = 0) -> tuple[float, float]:
+    def _all_costs(self, bs: int, ctx: int = 0) -> tuple[float, tuple[float, ...]]:
+        """(PLAIN ms, speculative ms of each candidate shape) at bs and ctx, corrected by the
+        calibration; cached per (bs, ctx bucket) until a correction moves by > its tolerance."""
+        cal = self.calibration
+        if cal is not None and cal.version != self._cal_seen:
+            self._cache.clear()
+            self._cal_seen = cal.version
         key = (bs, self._bucket(ctx))  # the same bucket the model below is priced at
         c = self._cache.get(key)
         if c is None:
             m = self._model(ctx)
-            c = (m.off_ms(bs, self.plain), m.spec_ms(bs))
+            off = m.off_ms(bs, self.plain)
+            spec = [m.spec_ms(bs, s) for s in self._cands]
+            if cal is not None and cal.samples:
+                off *= cal.factor(self._off_kind, None, bs)
+                spec = [
+                    ms * cal.factor(STEP_SPEC, s, bs)
+                    for ms, s in zip(spec, self._cands, strict=True)
+                ]
+            c = (off, tuple(spec))
             if len(self._cache) < 65536:
                 self._cache[key] = c
         return c
 
+    def _costs(self, bs: int, ctx: int = 0) -> tuple[float, float]:
+        """(PLAIN ms, speculative ms of the current shape) at bs and ctx."""
+        off, spec = self._all_costs(bs, ctx)
+        return off, spec[self._cur]
+
+    def _prior_ms(self, kind: str, shape: DraftShape | None, bs: int, ctx: int) -> float:
+        key = (kind, shape, bs, self._bucket(ctx))
+        v = self._prior_memo.get(key)
+        if v is None:
+            m = self._model(ctx)
+            if kind == STEP_SPEC:
+                v = m.spec_ms(bs, shape)
+            elif kind == STEP_WARM:
+                v = m.warm_ms(bs)
+            else:
+                v = m.zero_tax_ms(bs)
+            if len(self._prior_memo) < 65536:
+                self._prior_memo[key] = v
+        return v
+
+    def _calibrate(self, obs: Observation) -> None:
+        """Fold the measured step of `obs` into the calibration (kinds spec, plain, warm)."""
+        cal = self.calibration
+        if cal is None:
+            return
+        kind = obs.step_kind
+        if kind == STEP_SPEC:
+            shape = obs.step_shape
+            if shape is None:
+                return
+        elif kind in (STEP_PLAIN, STEP_WARM):
+            shape = None
+        else:
+            return
+        prior = self._prior_ms(kind, shape, obs.step_bs, self._last_ctx)
+        if prior > 0.0:
+            cal.observe(kind, shape, obs.step_bs, obs.step_ms / prior)
+
+    def predicted_ms(self, bs: int, shape: DraftShape | None = None, ctx: int = 0) -> float:
+        """The policy's current (calibrated) prediction of one step at bs: a speculative
+        iteration of `shape` (one of the candidates), or PLAIN (None)."""
+        off, spec = self._all_costs(bs, ctx)
+        if shape is None:
+            return off
+        i = self._index.get(shape)
+        if i is None:
+            raise ValueError(f"GoodputPolicy: {shape.label()} is not one of its shapes")
+        return spec[i]
+
+    # ------------------------------------------------------------------ acceptance
+    def _accepts(self, iteration: int) -> tuple[float, ...]:
+        """Each candidate's predicted accept length, refreshed at most every
+        `accept_refresh` iterations (and only when the counts moved)."""
+        d = self.depths
+        if d.version != self._acc_version and iteration - self._acc_at >= self.accept_refresh:
+            self._acc = tuple(d.accept_length(s) for s in self._cands)
+            self._acc_version = d.version
+            self._acc_at = iteration
+        return self._acc
+
+    def accept_lengths(self) -> dict[DraftShape, float]:
+        """Every candidate shape's accept length as predicted now (from the counts)."""
+        return {s: self.depths.accept_length(s) for s in self._cands}
+
+    # ------------------------------------------------------------------ predictions
     def predict(
         self, bs: int, accept_len: float | None = None, ctx: int = 0
     ) -> tuple[float, float]:
         """(plain, spec) predicted output tokens/s at decode batch size bs and mean context ctx
-        (0: the configured context; only a table with several contexts uses it)."""
+        (0: the configured context; only a table with several contexts uses it), spec at the
+        current shape (its learned accept length with shapes, else the accept-length EMA)."""
         if bs <= 0:
             return 0.0, 0.0
-        acc = self.ema_accept_len if accept_len is None else accept_len
+        if accept_len is not None:
+            acc = accept_len
+        elif self.shapes:
+            acc = self.depths.accept_length(self._cands[self._cur])
+        else:
+            acc = self.ema_accept_len
         p_ms, s_ms = self._costs(bs, ctx)
         return 1000.0 * bs / p_ms, 1000.0 * bs * acc / s_ms
 
+    def predict_shapes(self, bs: int, ctx: int = 0) -> dict[DraftShape | None, float]:
+        """Predicted output tokens/s of PLAIN (key None) and of every candidate shape."""
+        if bs <= 0:
+            return {None: 0.0, **dict.fromkeys(self._cands, 0.0)}
+        off, spec = self._all_costs(bs, ctx)
+        acc = self.accept_lengths()
+        out: dict[DraftShape | None, float] = {None: 1000.0 * bs / off}
+        for s, ms in zip(self._cands, spec, strict=True):
+            out[s] = 1000.0 * bs * acc[s] / ms
+        return out
+
+    def best(self, bs: int, ctx: int = 0) -> DraftShape | None:
+        """The shape with the highest predicted goodput at bs (None: PLAIN), no hysteresis."""
+        tps = self.predict_shapes(max(1, bs), ctx)
+        choice = max(tps, key=lambda s: tps[s])
+        return choice
+
+    # ------------------------------------------------------------------ deciding
     def decide(self, mode: Mode, obs: Observation) -> Event | None:
+        shapes = self.shapes
+        if shapes and self._mode is None:  # the first mode was not chosen: no dwell in it
+            self._mode, self._since = mode, obs.iteration - self.min_dwell
         self._seen(mode, obs.iteration)
+        if shapes and obs.shape is not None:
+            i = self._index.get(obs.shape)
+            if i is not None:
+                self._cur = i
         if mode is Mode.SPECULATING and obs.accept_lens:
-            n = len(obs.accept_lens)
-            w = self._weights.get(n)
-            if w is None:
-                w = self._weights[n] = 1.0 - (1.0 - self.ema_alpha) ** n
-            mean = sum(obs.accept_lens) / n
-            self.ema_accept_len += w * (mean - self.ema_accept_len)
-        elif mode is Mode.PLAIN and self.ema_accept_len < self.prior_accept_len:
-            self.ema_accept_len += self._relax * (self.prior_accept_len - self.ema_accept_len)
+            if shapes:
+                a_shape = obs.accept_shape
+                self.depths.observe(
+                    a_shape if a_shape is not None else self._cands[self._cur], obs.accept_lens
+                )
+            else:
+                n = len(obs.accept_lens)
+                w = self._weights.get(n)
+                if w is None:
+                    w = self._weights[n] = 1.0 - (1.0 - self.ema_alpha) ** n
+                mean = sum(obs.accept_lens) / n
+                self.ema_accept_len += w * (mean - self.ema_accept_len)
+        elif mode is Mode.PLAIN:
+            if shapes:
+                self.depths.relax()
+            elif self.ema_accept_len < self.prior_accept_len:
+                self.ema_accept_len += self._relax * (self.prior_accept_len - self.ema_accept_len)
+        if obs.step_ms > 0.0 and obs.step_bs > 0:
+            self._calibrate(obs)
+        self._last_ctx = obs.mean_ctx
         if mode is Mode.DRAINING:
             return None
         bs = obs.decode_bs
         if bs <= 0:
             self._streak = 0
+            self._shape_streak = 0
             return None
+        if shapes:
+            return self._decide_shapes(mode, obs, bs)
         ctx = obs.mean_ctx
         plain, spec = self.predict(bs, None, ctx)
         if mode is Mode.PLAIN:
             past = spec > plain * (1.0 + self.margin)
             if past and self.plain != PLAIN_WARM:
                 p_ms, s_ms = self._costs(bs, ctx)
-                lag = bs * min(self.lag_cap, max(1, obs.iteration - self._since))
-                saved = self.horizon * (p_ms - s_ms / self.ema_accept_len)
-                past = saved > self._model(ctx).catchup_ms(bs, lag)
+                past = self._catchup_pays(bs, ctx, obs.iteration, p_ms, s_ms, self.ema_accept_len)
         else:
             past = plain > spec * (1.0 + self.margin)
         ev = self._confirm(past, mode, obs.iteration)
@@ -196,8 +401,82 @@ class GoodputPolicy(Hysteresis):
             )
         return ev
 
+    def _catchup_pays(
+        self, bs: int, ctx: int, iteration: int, p_ms: float, s_ms: float, acc: float
+    ) -> bool:
+        """Zero-tax PLAIN: the time speculation saves over `horizon` iterations pays for the
+        RESYNCING catch-up of the lag PLAIN has built (at most `lag_cap` per request)."""
+        lag = bs * min(self.lag_cap, max(1, iteration - self._since))
+        saved = self.horizon * (p_ms - s_ms / acc)
+        return saved > self._model(ctx).catchup_ms(bs, lag)
+
+    def _decide_shapes(self, mode: Mode, obs: Observation, bs: int) -> Event | None:
+        it = obs.iteration
+        ctx = obs.mean_ctx
+        off, spec = self._all_costs(bs, ctx)
+        acc = self._accepts(it)
+        plain = 1000.0 * bs / off
+        ib, top = 0, -1.0
+        for i, (a, ms) in enumerate(zip(acc, spec, strict=True)):
+            g = a / ms
+            if g > top:
+                ib, top = i, g
+        top *= 1000.0 * bs
+        cands = self._cands
+        if mode is Mode.PLAIN:
+            past = top > plain * (1.0 + self.margin)
+            if past and self.plain != PLAIN_WARM:
+                past = self._catchup_pays(bs, ctx, it, off, spec[ib], acc[ib])
+            self._shape_streak = 0
+            ev = self._confirm(past, mode, it)
+            if ev is not None:
+                self.last_reason = (
+                    f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
+                    f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[ib]:.2f}"
+                )
+            return ev
+        cur = self._cur
+        now = 1000.0 * bs * acc[cur] / spec[cur]
+        past = plain > now * (1.0 + self.margin) and plain >= top
+        ev = self._confirm(past, mode, it)
+        if ev is not None:
+            self._shape_streak = 0
+            self.last_reason = (
+                f"goodput: plain {plain:.0f} > {cands[cur].label()} {now:.0f} tok/s "
+                f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[cur]:.2f}"
+            )
+            return ev
+        if mode is not Mode.SPECULATING or ib == cur or top <= now * (1.0 + self.shape_margin):
+            self._shape_streak = 0
+            return None
+        self._shape_streak += 1
+        if self._shape_since < self._since or self._exploring:
+            # the first shape change since (re-)entering SPECULATING, or leaving a shape tried
+            # because it had never been measured: debounce only
+            ready = self._shape_streak >= self.debounce
+        else:
+            ready = (
+                self._shape_streak >= self.shape_debounce
+                and it - self._shape_since >= self.shape_dwell
+            )
+        if not ready:
+            return None
+        self._shape_streak = 0
+        self._shape_since = it
+        new = cands[ib]
+        cal = self.calibration
+        self._exploring = cal is not None and not cal.measured(STEP_SPEC, new)
+        self.last_reason = (
+            f"goodput: {new.label()} {top:.0f} > {cands[cur].label()} {now:.0f} tok/s "
+            f"x (1+{self.shape_margin}) at bs={bs}, ctx={ctx}, accept_len {acc[ib]:.2f} vs "
+            f"{acc[cur]:.2f}"
+        )
+        self.next_shape = new
+        self._cur = ib
+        return Event.RESHAPE
+
     def describe(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "policy": "goodput",
             "accept_len": self.prior_accept_len,
             "ema_alpha": self.ema_alpha,
@@ -212,6 +491,17 @@ class GoodputPolicy(Hysteresis):
             "plain": self.plain,
             "cost": self.cost.describe(),
         }
+        if self.shapes:
+            out.update(
+                shapes=[shape_text(s) for s in self.shapes],
+                shape_margin=self.shape_margin,
+                shape_debounce=self.shape_debounce,
+                shape_dwell=self.shape_dwell,
+            )
+        out["calibrate"] = self.calibration is not None
+        if self.profile is not None:
+            out["profile"] = self.profile.source
+        return out
 
 
 #: GoodputPolicy's keyword parameters that `goodput_from_args` passes through.
@@ -225,6 +515,11 @@ _KEYWORDS: dict[str, type] = {
     "relax_half_life": int,
     "ctx_bucket": int,
     "plain": str,
+    "shape_margin": float,
+    "shape_debounce": int,
+    "shape_dwell": int,
+    "cal_ema": float,
+    "depth_ema": float,
 }
 
 
@@ -254,12 +549,18 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     tokens per verify incl. the bonus, >= 1), and GoodputPolicy's keyword parameters
     ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``, ``horizon``, ``lag_cap``,
     ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the default and the adapter's
-    default PLAIN, or "warm": it must name the PLAIN the server runs). Raises ValueError with
-    the reason on anything missing, unknown or invalid.
+    default PLAIN, or "warm": it must name the PLAIN the server runs), ``shape_margin``,
+    ``shape_debounce``, ``shape_dwell``, ``cal_ema``. ``shapes`` (a list of shapes, or one
+    string "chain1,chain3,4,2,16"): choose among PLAIN and these per iteration (``shape`` is
+    the launch shape, added when not listed). ``profile`` (a cost CSV in the packaged table
+    format, e.g. the engine's start-up profile): its series override the table's as the
+    calibration's prior. ``calibrate`` (bool, default true): refine the costs online from the
+    measured step times. Raises ValueError with the reason on anything missing, unknown or
+    invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
-    known = {"table", "shape", "ctx", "accept_len", *_KEYWORDS}
+    known = {"table", "shape", "ctx", "accept_len", "shapes", "profile", "calibrate", *_KEYWORDS}
     unknown = sorted(set(args) - known)
     if unknown:
         raise ValueError(f"goodput policy: unknown keys {unknown} (known: {sorted(known)})")
@@ -289,4 +590,30 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     except (OSError, KeyError, ValueError) as exc:
         raise ValueError(f"goodput policy: cannot use table {table_name!r}: {exc}") from exc
     kwargs = {k: _number(k, args[k], kind) for k, kind in _KEYWORDS.items() if k in args}
-    return GoodputPolicy(cost, accept_len, **kwargs)
+    shapes: tuple[DraftShape, ...] = ()
+    if "shapes" in args:
+        try:
+            shapes = parse_shape_list(args["shapes"])
+        except ValueError as exc:
+            raise ValueError(f"goodput policy: shapes: {exc}") from None
+    calibrate = args.get("calibrate", True)
+    if not isinstance(calibrate, bool):
+        raise ValueError(f"goodput policy: calibrate must be true or false, got {calibrate!r}")
+    profile: CostTable | None = None
+    if "profile" in args:
+        name = args["profile"]
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"goodput policy: profile must be a path or a name, got {name!r}")
+        try:
+            profile = load_table(name)
+            CostModel(overlay_table(table, profile), shape, ctx=ctx).spec_ms(1)
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"goodput policy: cannot use profile {name!r}: {exc}") from exc
+    try:
+        for s in shapes:
+            cost.spec_ms(1, s)
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"goodput policy: cannot price shapes on {table_name!r}: {exc}") from exc
+    return GoodputPolicy(
+        cost, accept_len, shapes=shapes, profile=profile, calibrate=calibrate, **kwargs
+    )

@@ -43,6 +43,7 @@ from specfsm.fsm.machine import SpecFSM
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.model.acceptance import (
+    DEFAULT_SHAPE_GRID,
     DraftShape,
     accept_length,
 )
@@ -88,6 +89,10 @@ class Controller:
     def feed(self, shape: DraftShape, accept_lens_mean: float, bs: int) -> None:
         """Verify results of a SPEC iteration (mean accept length incl. bonus)."""
 
+    def observe_step(self, plan: Plan, bs: int, ms: float) -> None:
+        """The iteration of `plan` ran at decode batch size bs and its decode took `ms` (the
+        engine's measured step time; called after each iteration, before `after`)."""
+
     def describe(self) -> dict[str, object]:
         return {"name": self.name}
 
@@ -116,9 +121,16 @@ class _NullLogger:
         return lambda *a, **k: None
 
 
-def make_machine(policy: Policy) -> SpecFSM:
-    """The real SpecFSM for `policy`, with a silent transition log (the simulator's engine)."""
-    return SpecFSM(policy, log=TransitionLog(logger=_NullLogger()))
+def make_machine(
+    policy: Policy, shapes: Sequence[DraftShape] = (), shape: DraftShape | None = None
+) -> SpecFSM:
+    """The real SpecFSM for `policy` (allowed `shapes`, current `shape`), with a silent
+    transition log (the simulator's engine)."""
+    return SpecFSM(policy, log=TransitionLog(logger=_NullLogger()), shapes=shapes, shape=shape)
+
+
+#: Observation.step_kind of each iteration kind (what a policy's calibration reads).
+STEP_KINDS = {SPEC: "spec", PLAIN: "plain", ZERO_TAX: "plain", WARM: "warm", RESYNC: "resync"}
 
 
 class FSMController(Controller):
@@ -126,6 +138,14 @@ class FSMController(Controller):
 
     `plain`: "zero_tax" (the SGLang adapter's default) or "warm"; see the module docstring.
     `lazy_draft_prefill` only applies to "zero_tax".
+
+    Shapes (issue 13): the machine is built with `shapes` (default: the policy's ``shapes``
+    attribute, empty for a policy without one) and `shape` as its current shape; a SPEC plan
+    runs ``machine.shape``, which a RESHAPE changes. The observation of each iteration carries
+    ``shape`` (the machine's), ``accept_shape`` (the shape of the last SPEC plan, whose verifies
+    ``accept_lens`` are) and the previous iteration's measured step (``step_ms``, ``step_bs``,
+    ``step_shape``, ``step_kind`` from `observe_step`: "spec", "plain" for a zero-tax or plain
+    decode step, "warm", "resync").
     """
 
     def __init__(
@@ -136,6 +156,7 @@ class FSMController(Controller):
         *,
         plain: str = PLAIN_ZERO_TAX,
         lazy_draft_prefill: bool = False,
+        shapes: Sequence[DraftShape] | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
@@ -144,32 +165,61 @@ class FSMController(Controller):
         if lazy_draft_prefill and self.plain == PLAIN_WARM:
             raise ValueError("lazy_draft_prefill needs plain='zero_tax' (a warm draft needs KV)")
         self.lazy_draft_prefill = lazy_draft_prefill
-        self.machine = make_machine(policy)
+        if shapes is None:
+            shapes = tuple(getattr(policy, "shapes", ()) or ())
+        self.shapes: tuple[DraftShape, ...] = tuple(shapes)
+        if self.shapes and shape not in self.shapes:
+            self.shapes = (shape, *self.shapes)
+        self.machine = make_machine(policy, self.shapes, shape)
         self.machine_name = "specfsm.fsm.machine.SpecFSM"
         warm = self.plain == PLAIN_WARM
         self._plain_plan = Plan(WARM if warm else ZERO_TAX, Mode.PLAIN)
         self._resync_plan = Plan(WARM if warm else RESYNC, Mode.RESYNCING)
+        self._spec_plans: dict[DraftShape, Plan] = {}
+        self._accept_shape: DraftShape | None = None  # the shape of the last SPEC plan
+        self._step_ms = 0.0
+        self._step_bs = 0
+        self._step_shape: DraftShape | None = None
+        self._step_kind = ""
 
     def plan(
         self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
     ) -> Plan:
+        machine = self.machine
         obs = Observation(
             iteration=it,
             decode_bs=bs,
             running=bs + n_prefill,
             accept_lens=accept_lens,
             mean_ctx=mean_ctx,
+            accept_shape=self._accept_shape if accept_lens else None,
+            step_ms=self._step_ms,
+            step_bs=self._step_bs,
+            step_shape=self._step_shape,
+            step_kind=self._step_kind,
+            shape=machine.shape,
         )
-        self.machine.step(obs)
-        mode: Mode = self.machine.mode
+        machine.step(obs)
+        mode: Mode = machine.mode
         if mode is Mode.SPECULATING:
-            return Plan(SPEC, Mode.SPECULATING, self.shape)
+            shape = machine.shape or self.shape
+            p = self._spec_plans.get(shape)
+            if p is None:
+                p = self._spec_plans[shape] = Plan(SPEC, Mode.SPECULATING, shape)
+            self._accept_shape = shape
+            return p
         if mode is Mode.DRAINING:
             # the adapter attaches the 1-wide state on entry to DRAINING: this forward is warm
             return Plan(WARM, Mode.DRAINING)
         if mode is Mode.RESYNCING:
             return self._resync_plan
         return self._plain_plan
+
+    def observe_step(self, plan: Plan, bs: int, ms: float) -> None:
+        self._step_ms = ms if bs > 0 else 0.0
+        self._step_bs = bs
+        self._step_shape = plan.shape if plan.kind == SPEC else None
+        self._step_kind = STEP_KINDS.get(plan.kind, "")
 
     def after(self, plan: Plan) -> None:
         if plan.mode is Mode.DRAINING:
@@ -181,6 +231,7 @@ class FSMController(Controller):
         return {
             "name": self.name,
             "machine": self.machine_name,
+            "shapes": [x.label() for x in self.shapes],
             "plain": self.plain,
             "lazy_draft_prefill": self.lazy_draft_prefill,
             **self.policy.describe(),
@@ -388,6 +439,7 @@ def lineup(
     names: Sequence[str] | None = None,
     zero_tax_lazy_prefill: bool = False,
     plain: str | None = None,
+    shapes: Sequence[DraftShape] | None = None,
 ) -> list[Controller]:
     """Every policy, each with its best static parameters from the FIT cost model.
 
@@ -406,12 +458,17 @@ def lineup(
       `zero_tax_lazy_prefill`).
     * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN.
 
+    Both GoodputPolicy entries choose the shape among PLAIN and `shapes` (default
+    `DEFAULT_SHAPE_GRID`, launched at `shape`; an empty sequence: on/off of `shape` only),
+    with the accept length prior of `shape` at `alpha`, and calibrate their costs online.
+
     Which are returned: `names` when given (any of `POLICY_NAMES`); else, with `plain`, the
     static and peer controllers and specfsm's two in that PLAIN implementation; else (the
     historical line-up) every one but specfsm-threshold-zero-tax.
     """
     acc = accept_length(alpha, shape)
     fit_s = fit.with_shape(shape)
+    grid = tuple(DEFAULT_SHAPE_GRID if shapes is None else shapes)
     rec_w = recommend(fit_s, acc, plain=PLAIN_WARM)
     rec_z = recommend(fit_s, acc, plain=PLAIN_ZERO_TAX)
     variant = check_plain_variant(plain) if plain is not None else None
@@ -436,13 +493,13 @@ def lineup(
         ),
         FSMController(
             WARM_NAME,
-            GoodputPolicy(fit_s, acc, plain=PLAIN_WARM),
+            GoodputPolicy(fit_s, acc, plain=PLAIN_WARM, shapes=grid),
             shape,
             plain=PLAIN_WARM,
         ),
         FSMController(
             ZERO_TAX_NAME,
-            GoodputPolicy(fit_s, acc, plain=PLAIN_ZERO_TAX),
+            GoodputPolicy(fit_s, acc, plain=PLAIN_ZERO_TAX, shapes=grid),
             shape,
             plain=PLAIN_ZERO_TAX,
             lazy_draft_prefill=zero_tax_lazy_prefill,

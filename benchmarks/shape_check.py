@@ -1,0 +1,104 @@
+"""Issue 13's shape-policy check: specfsm's GoodputPolicy choosing among PLAIN and every shape
+of the grid vs the best static grid shape, per cell of fixed concurrency.
+
+Fit on one table (the policy's prior), score on others (what the simulator charges, and what
+the policy's self-calibration measures through `observe_step`); alpha per cell; the launch
+shape chain3 (``--launch``). Per cell: each static shape of `specfsm.sim.baselines.STATIC_GRID`
+and specfsm (``--plain`` zero_tax, the adapter's default) on the same load and seed; prints
+specfsm / best static and the shape switches, then the minimum ratio per (score table, alpha).
+
+    .venv/bin/python benchmarks/shape_check.py [--iterations 3000] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+from typing import Any
+
+from specfsm.model.acceptance import parse_shape
+from specfsm.model.costs import CostModel, load_table
+from specfsm.sim.baselines import STATIC_GRID, best_static, static_grid
+from specfsm.sim.engine import run
+from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, lineup
+from specfsm.sim.traces import fixed_concurrency
+
+FIT = "h200_sglang0517_llama8b"
+SCORES = ("h200_sglang0517_llama8b_triton", "h200_sglang0517_llama8b_ctx4096")
+CONC = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+ALPHAS = (0.6, 0.8)
+
+
+def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, float, int, str]:
+    table, alpha, conc, pol, fit_name, launch, _plain, iters, warm, seed = args
+    shape = parse_shape(launch)
+    fit = CostModel(load_table(fit_name), shape)
+    score = CostModel(load_table(table), shape)
+    if pol in STATIC_GRID:
+        ctl = next(c for c in static_grid() if c.name == pol)
+    else:
+        ctl = lineup(fit, shape, alpha, names=[pol])[0]
+    r = run(ctl, fixed_concurrency(conc), score, alpha, seed=seed,
+            iterations=iters + warm, warmup_iterations=warm)  # fmt: skip
+    final = ""
+    machine = getattr(ctl, "machine", None)
+    if machine is not None and machine.shape is not None:
+        final = f"{machine.mode.value}/{machine.shape.label()}"
+    return (table, alpha, conc), pol, r.tok_s, r.switches, final
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--fit-table", default=FIT)
+    ap.add_argument("--score-tables", default=",".join(SCORES))
+    ap.add_argument("--alphas", default=",".join(map(str, ALPHAS)))
+    ap.add_argument("--conc", default=",".join(map(str, CONC)))
+    ap.add_argument("--launch", default="chain3", help="launch shape (chain3, tree, ...)")
+    ap.add_argument("--plain", default="zero_tax", choices=["zero_tax", "warm"])
+    ap.add_argument("--iterations", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args(argv)
+    pol = ZERO_TAX_NAME if a.plain == "zero_tax" else WARM_NAME
+    tables = [t for t in a.score_tables.split(",") if t]
+    alphas = [float(x) for x in a.alphas.split(",")]
+    concs = [int(x) for x in a.conc.split(",")]
+    tasks = [
+        (t, al, c, p, a.fit_table, a.launch, a.plain, a.iterations, a.warmup, a.seed)
+        for t in tables
+        for al in alphas
+        for c in concs
+        for p in (*STATIC_GRID, pol)
+    ]
+    with multiprocessing.Pool(a.jobs) as pool:
+        results = pool.map(_task, tasks, chunksize=1)
+    cells: dict[tuple[Any, ...], dict[str, float]] = {}
+    info: dict[tuple[Any, ...], tuple[int, str]] = {}
+    for key, name, tok_s, switches, final in results:
+        cells.setdefault(key, {})[name] = tok_s
+        if name == pol:
+            info[key] = (switches, final)
+    worst: dict[tuple[str, float], tuple[float, int]] = {}
+    print(f"fit {a.fit_table}, launch {a.launch}, {pol}, {a.iterations} iterations")
+    print(f"{'score table':<34} {'alpha':>5} {'conc':>4} {'best static':<20} {'tok/s':>8} "
+          f"{'specfsm':>8} {'ratio':>6} {'sw':>3} final")  # fmt: skip
+    for key in sorted(cells):
+        t, al, c = key
+        name, best = best_static(cells[key])
+        mine = cells[key][pol]
+        ratio = mine / best
+        sw, final = info[key]
+        print(f"{t:<34} {al:>5} {c:>4} {name:<20} {best:>8.0f} {mine:>8.0f} {ratio:>6.3f} "
+              f"{sw:>3} {final}")  # fmt: skip
+        w = worst.get((t, al))
+        if w is None or ratio < w[0]:
+            worst[(t, al)] = (ratio, c)
+    for (t, al), (ratio, c) in sorted(worst.items()):
+        print(f"min ratio {t} alpha {al}: {ratio:.3f} (conc {c})")
+    return 0 if min(r for r, _ in worst.values()) >= 0.99 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
