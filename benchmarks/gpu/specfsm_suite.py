@@ -29,6 +29,13 @@ Phases (``--phases``, in this order, each optional):
     Fixed concurrency c (all requests at once), ctx-token prompts, decode tokens/s from the same
     L2 - L1 difference. Without specfsm: no speculation. With specfsm: always speculating
     (pinned), pinned PLAIN, and the threshold policy given by ``--sweep-policy``.
+``shapes``
+    Needs specfsm with extra shapes (``--fsm-config '{"shapes": [...]}'``). At each concurrency of
+    ``--shapes-c`` (default 1, 8, 32): decode tokens/s (the same L2 - L1 difference) of every
+    static choice on this one engine, each shape held by a one-target ``ShapeCycle`` (a RESHAPE
+    to it, then none) and PLAIN pinned, then of the shape-choosing policy ``--shapes-policy``
+    (which shapes it ran: from the transition log). With specfsm shapes configured, the greedy
+    phase also runs the ``shape_cycle`` schedule (every 2 forwards: each shape, PLAIN, back).
 
 Every phase writes JSON lines to ``results_<tag>.jsonl``; with specfsm the transition log goes
 to ``transitions_<tag>.jsonl`` and specfsm's counters (transitions, action failures, forwards by
@@ -223,6 +230,14 @@ class Suite:
         sets = {k: v for k, v in sets.items() if k in self.args.greedy_sets}
         self.rng.setstate(rng_state)
         schedules = SCHEDULES if self.fsm else [("reference", {})]
+        if self.fsm and json.loads(self.args.fsm_config).get("shapes"):
+            labels = self.shape_labels()
+            cycle = {
+                "name": "specfsm_testbed.shape_policies:ShapeCycle",
+                "targets": [*labels[1:], "PLAIN", labels[0]],
+                "every": 2,
+            }
+            schedules = [*schedules, ("shape_cycle", {"policy": cycle})]
         out: dict[str, Any] = {}
         for name, control in schedules:
             self.set_control(control)
@@ -294,6 +309,53 @@ class Suite:
                 self.engine.flush_cache()
         self.set_control({"pin": None})
 
+    def shape_labels(self) -> list[str]:
+        """The launch shape and the configured extra shapes, as ShapeCycle targets."""
+        steps, topk, tokens = (
+            SHAPES[self.args.spec]["speculative_num_steps"],
+            SHAPES[self.args.spec]["speculative_eagle_topk"],
+            SHAPES[self.args.spec]["speculative_num_draft_tokens"],
+        )
+        extra = json.loads(self.args.fsm_config).get("shapes", [])
+        launch = f"chain{steps}" if topk == 1 else f"{topk},{steps},{tokens}"
+        return [launch, *[str(x) for x in extra if str(x) != launch]]
+
+    def phase_shapes(self) -> None:
+        a = self.args
+        if not self.fsm:
+            return
+        labels = self.shape_labels()
+        cycle = "specfsm_testbed.shape_policies:ShapeCycle"
+        variants: list[tuple[str, dict[str, Any]]] = [
+            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}})
+            for x in labels
+        ]
+        variants.append(("static_PLAIN", {"pin": "PLAIN"}))
+        variants.append(("specfsm", {"policy": json.loads(a.shapes_policy)}))
+        ctx = a.ctx[0]
+        log = self.out / f"transitions_{self.tag}.jsonl"
+        for c in a.shapes_c:
+            prompts = self.prompts(c, ctx)
+            self.generate(prompts, 1)
+            for name, control in variants:
+                n0 = len(log.read_text().splitlines()) if log.exists() else 0
+                self.set_control({"pin": None})
+                self.set_control(control)
+                self.generate(prompts, 4)  # let the control file and the RESHAPE apply
+                r = self._decode_ms(prompts, a.sweep_lens)
+                tps = 1e3 * c / r["ms_per_token"] if r["ms_per_token"] > 0 else 0.0
+                ran: dict[str, int] = {}
+                if log.exists():
+                    for line in log.read_text().splitlines()[n0:]:
+                        x = json.loads(line)
+                        if x.get("event") == "specfsm.transition":
+                            key = f"{x.get('src')}->{x.get('dst')}:{x.get('shape_to', '')}"
+                            ran[key] = ran.get(key, 0) + 1
+                self.emit(phase="shapes", variant=name, c=c, ctx=ctx, tok_s=tps, ran=ran, **r)
+                self.say(f"shapes c {c} {name}: {tps:.0f} tok/s accept {r['accept_length']}")
+            self.engine.flush_cache()
+        self.set_control({"pin": None})
+
     def phase_sweep(self) -> None:
         a = self.args
         variants: list[tuple[str, dict[str, Any]]] = [
@@ -348,6 +410,13 @@ def main() -> int:
     ap.add_argument(
         "--sweep-policy",
         default='{"name": "threshold", "high": 32, "low": 16, "debounce": 1, "min_dwell": 2}',
+    )
+    ap.add_argument("--shapes-c", type=_ints, default=[1, 8, 32])
+    ap.add_argument(
+        "--shapes-policy",
+        default='{"name": "goodput", "table": "h200_sglang0517_llama8b", "shape": "chain3", '
+        '"accept_len": 2.5}',
+        help="the shape-choosing policy of the shapes phase (JSON)",
     )
     ap.add_argument("--max-kv-tokens", type=int, default=600_000)
     ap.add_argument("--attention-backend", default="flashinfer")

@@ -376,6 +376,52 @@ def main() -> int:
             None if worst is None else round(worst, 3),
         )
 
+    # shape choice: every static choice on one engine (each shape held, PLAIN pinned) vs the
+    # shape-choosing policy, at each concurrency of the shapes phase
+    for t in tags:
+        sh = [r for r in results[t] if r.get("phase") == "shapes"]
+        if not sh:
+            continue
+        by_cs: dict[int, dict[str, Any]] = defaultdict(dict)
+        for r in sh:
+            by_cs[r["c"]][r["variant"]] = r
+        statics = sorted({v for r in sh for v in [r["variant"]] if v.startswith("static_")})
+        lines.append(
+            f"shapes_{t}: c | "
+            + " | ".join(f"{v[7:]} tok/s (accept)" for v in statics)
+            + " | specfsm tok/s (accept) | best static | specfsm/best static | specfsm ran"
+        )
+        worst = None
+        for c in sorted(by_cs):
+            v = by_cs[c]
+            cells = []
+            best_name: str | None = None
+            best = 0.0
+            for name in statics:
+                r = v.get(name, {})
+                tps = r.get("tok_s") or 0.0
+                acc = r.get("accept_length")
+                cells.append(f"{tps:.0f} ({'-' if acc is None else f'{acc:.2f}'})")
+                if tps > best:
+                    best_name, best = name[7:], tps
+            sf = v.get("specfsm", {})
+            stps = sf.get("tok_s") or 0.0
+            sacc = sf.get("accept_length")
+            ratio = stps / best if best else None
+            if ratio is not None:
+                worst = ratio if worst is None else min(worst, ratio)
+            lines.append(
+                f"shapes_{t}_c{c}: "
+                + " | ".join(cells)
+                + f" | {stps:.0f} ({'-' if sacc is None else f'{sacc:.2f}'}) | {best_name} | "
+                + f"{'-' if ratio is None else f'{ratio:.3f}'} | "
+                + json.dumps(sf.get("ran", {}), sort_keys=True)
+            )
+        put(
+            f"shapes_{t}_worst_specfsm_vs_best_static",
+            None if worst is None else round(worst, 3),
+        )
+
     args.summary.write_text("\n".join(lines) + "\n")
     with open(args.csv, "w") as fh:
         for h in args.header:
