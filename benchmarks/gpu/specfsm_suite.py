@@ -341,7 +341,7 @@ class Suite:
                 n0 = len(log.read_text().splitlines()) if log.exists() else 0
                 self.set_control({"pin": None})
                 self.set_control(control)
-                self.generate(prompts, 4)  # let the control file and the RESHAPE apply
+                self.generate(prompts, 32)  # the control file, a RESHAPE, the policy settle
                 r = self._decode_ms(prompts, a.sweep_lens)
                 tps = 1e3 * c / r["ms_per_token"] if r["ms_per_token"] > 0 else 0.0
                 ran: dict[str, int] = {}
