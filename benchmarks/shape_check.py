@@ -17,26 +17,34 @@ import multiprocessing
 import sys
 from typing import Any
 
+from specfsm.fsm.decision import FixedPolicy
 from specfsm.model.acceptance import parse_shape
 from specfsm.model.costs import CostModel, load_table
 from specfsm.sim.baselines import STATIC_GRID, best_static, static_grid
 from specfsm.sim.engine import run
-from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, lineup
+from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, Controller, FSMController, lineup
 from specfsm.sim.traces import fixed_concurrency
 
 FIT = "h200_sglang0517_llama8b"
 SCORES = ("h200_sglang0517_llama8b_triton", "h200_sglang0517_llama8b_ctx4096")
 CONC = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: specfsm's engine pinned in PLAIN (FixedPolicy(False)): the same PLAIN steps and the same
+#: prefill through the draft as specfsm pays (the SGLang adapter prefills the draft always),
+#: which a server without a draft (no-spec) does not
+PINNED = "specfsm-pinned-plain"
 ALPHAS = (0.6, 0.8)
 
 
 def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, float, int, str]:
-    table, alpha, conc, pol, fit_name, launch, _plain, iters, warm, seed = args
+    table, alpha, conc, pol, fit_name, launch, plain, iters, warm, seed = args
     shape = parse_shape(launch)
     fit = CostModel(load_table(fit_name), shape)
     score = CostModel(load_table(table), shape)
+    ctl: Controller
     if pol in STATIC_GRID:
         ctl = next(c for c in static_grid() if c.name == pol)
+    elif pol == PINNED:
+        ctl = FSMController(PINNED, FixedPolicy(False), shape, plain=plain)
     else:
         ctl = lineup(fit, shape, alpha, names=[pol])[0]
     r = run(ctl, fixed_concurrency(conc), score, alpha, seed=seed,
@@ -70,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in tables
         for al in alphas
         for c in concs
-        for p in (*STATIC_GRID, pol)
+        for p in (*STATIC_GRID, PINNED, pol)
     ]
     with multiprocessing.Pool(a.jobs) as pool:
         results = pool.map(_task, tasks, chunksize=1)
@@ -80,24 +88,35 @@ def main(argv: list[str] | None = None) -> int:
         cells.setdefault(key, {})[name] = tok_s
         if name == pol:
             info[key] = (switches, final)
-    worst: dict[tuple[str, float], tuple[float, int]] = {}
+    worst: dict[tuple[str, float], tuple[float, int, float, int]] = {}
     print(f"fit {a.fit_table}, launch {a.launch}, {pol}, {a.iterations} iterations")
+    print(
+        "ratio: specfsm / best static grid shape (no-spec included); ratio_eng: the same with "
+        f"no-spec replaced by {PINNED} (PLAIN in specfsm's engine, draft prefill paid)"
+    )
     print(f"{'score table':<34} {'alpha':>5} {'conc':>4} {'best static':<20} {'tok/s':>8} "
-          f"{'specfsm':>8} {'ratio':>6} {'sw':>3} final")  # fmt: skip
+          f"{'specfsm':>8} {'ratio':>6} {'ratio_eng':>9} {'sw':>3} final")  # fmt: skip
     for key in sorted(cells):
         t, al, c = key
         name, best = best_static(cells[key])
+        eng = {n: v for n, v in cells[key].items() if n != "no-spec"}
+        best_eng = max(eng[PINNED], best_static(eng)[1])
         mine = cells[key][pol]
-        ratio = mine / best
+        ratio, ratio_eng = mine / best, mine / best_eng
         sw, final = info[key]
         print(f"{t:<34} {al:>5} {c:>4} {name:<20} {best:>8.0f} {mine:>8.0f} {ratio:>6.3f} "
-              f"{sw:>3} {final}")  # fmt: skip
+              f"{ratio_eng:>9.3f} {sw:>3} {final}")  # fmt: skip
         w = worst.get((t, al))
-        if w is None or ratio < w[0]:
-            worst[(t, al)] = (ratio, c)
-    for (t, al), (ratio, c) in sorted(worst.items()):
-        print(f"min ratio {t} alpha {al}: {ratio:.3f} (conc {c})")
-    return 0 if min(r for r, _ in worst.values()) >= 0.99 else 1
+        if w is None:
+            w = worst[(t, al)] = (ratio, c, ratio_eng, c)
+        if ratio < w[0]:
+            w = worst[(t, al)] = (ratio, c, w[2], w[3])
+        if ratio_eng < w[2]:
+            worst[(t, al)] = (w[0], w[1], ratio_eng, c)
+    for (t, al), (ratio, c, ratio_eng, c_eng) in sorted(worst.items()):
+        print(f"min ratio {t} alpha {al}: {ratio:.3f} (conc {c}); vs the same engine's PLAIN: "
+              f"{ratio_eng:.3f} (conc {c_eng})")  # fmt: skip
+    return 0 if min(w[0] for w in worst.values()) >= 0.99 else 1
 
 
 if __name__ == "__main__":

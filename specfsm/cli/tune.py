@@ -1,6 +1,9 @@
 """`specfsm tune`: crossover bs, recommended ThresholdPolicy / GoodputPolicy parameters, and the
 equivalent SGLang `--speculative-adaptive-config` JSON, from a cost table and an accept length
-(or alpha, or a recorded specfsm transition/observation log)."""
+(or alpha, or a recorded specfsm transition/observation log). With ``--shapes``, also the
+per-batch-size shape table: the best draft shape (or PLAIN) at each bs, its predicted tok/s and
+its ratio to the best single static choice; a shape whose verify width or draft step the table
+does not measure is priced by interpolation and flagged with "*"."""
 
 from __future__ import annotations
 
@@ -18,8 +21,11 @@ from specfsm.cli.args import (
 from specfsm.cli.main import add_command
 from specfsm.model.acceptance import (
     NAMED_SHAPES,
+    DraftShape,
     accept_length,
     alpha_from_accept_length,
+    parse_shape_list,
+    shape_text,
 )
 from specfsm.model.costs import (
     PLAIN_VARIANTS,
@@ -30,11 +36,14 @@ from specfsm.model.costs import (
     packaged_tables,
 )
 from specfsm.sim.tune import (
+    ShapeTable,
     accept_from_log,
     check_accept_len,
+    choice_label,
     cost_model,
     plain_priced,
     recommend,
+    shape_table,
 )
 
 
@@ -44,6 +53,14 @@ def plain_variant(text: str) -> str:
         return check_plain_variant(text)
     except ValueError:
         return text
+
+
+def shape_list(text: str) -> tuple[DraftShape, ...]:
+    """--shapes' value: shapes separated by commas, a tree as topk,steps,tokens."""
+    try:
+        return parse_shape_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,10 +93,24 @@ def main(argv: list[str] | None = None) -> int:
         "up in RESYNCING) or warm (SGLang's steps=0: a 1-token verify + 1-token draft-extend "
         "every step); default zero_tax",
     )
+    ap.add_argument(
+        "--shapes",
+        type=shape_list,
+        default=None,
+        help="also print the per-batch-size shape table over these shapes, e.g. "
+        "chain1,chain2,chain3,chain5,chain7,4,2,16 (a tree is topk,steps,tokens); each shape's "
+        "accept length from the alpha of --alpha / --accept-len at --shape",
+    )
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="a cost CSV in the table format (e.g. the engine's start-up profile): its "
+        "(model, q, ctx) series replace --table's",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     a = ap.parse_args(argv)
     check_accept_len(a.accept_len, a.shape)
-    cost = cost_model("--table", a.table, a.shape, a.ctx)
+    cost = cost_model("--table", a.table, a.shape, a.ctx, a.profile)
     if a.log:
         acc = accept_from_log(a.log)
         if acc is None:
@@ -118,6 +149,26 @@ def main(argv: list[str] | None = None) -> int:
         },
         "sglang_adaptive_config": rec.sglang_config,
     }
+    table = None
+    if a.shapes is not None:
+        alpha = alpha_from_accept_length(acc, a.shape)
+        table = shape_table(cost, alpha, a.shapes, plain=a.plain)
+        out["shape_table"] = {
+            "alpha": round(alpha, 4),
+            "static_best": choice_label(table.static),
+            "accept_len": {shape_text(s): round(v, 4) for s, v in table.accept.items()},
+            "interpolated": {shape_text(s): r for s, r in table.interpolated.items()},
+            "rows": [
+                {
+                    "bs": r.bs,
+                    "best": choice_label(r.best),
+                    "interpolated": r.best in table.interpolated,
+                    "tok_s": round(r.tok_s, 1),
+                    "ratio_vs_static": round(r.ratio, 4),
+                }
+                for r in table.rows
+            ],
+        }
     if a.json:
         print(json.dumps(out))
         return 0
@@ -157,4 +208,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("SGLang --speculative-adaptive --speculative-adaptive-config <file with> (warm cut):")
     print(json.dumps(rec.sglang_config))
+    if table is not None:
+        print_shape_table(table)
     return 0
+
+
+def print_shape_table(table: ShapeTable) -> None:
+    """The per-batch-size shape table, text (see the module docstring)."""
+    static = choice_label(table.static, table)
+    print(
+        f"shape table (alpha {table.alpha:.3f}, {table.plain} PLAIN; best single static "
+        f"choice: {static}):"
+    )
+    print(f"{'bs':>5} {'best':<10} {'tok/s':>9} {'vs ' + static:>14}")
+    for r in table.rows:
+        print(f"{r.bs:>5} {choice_label(r.best, table):<10} {r.tok_s:>9.0f} {r.ratio:>14.3f}")
+    print(
+        "accept_len: "
+        + ", ".join(f"{choice_label(s, table)} {v:.2f}" for s, v in table.accept.items())
+    )
+    for s, reasons in table.interpolated.items():
+        print(f"* {shape_text(s)} INTERPOLATED: {'; '.join(reasons)}")

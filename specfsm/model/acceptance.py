@@ -183,10 +183,12 @@ def shape_text(shape: DraftShape) -> str:
 def parse_shape_list(shapes: object) -> tuple[DraftShape, ...]:
     """Shapes from a list of shapes (each as `parse_shape` reads it) or one string of them
     separated by commas, semicolons or spaces, where a tree is three numbers in a row:
-    "chain1,chain2,chain3,chain5,chain7,4,2,16" or "chain3 4,2,16". Duplicates are dropped,
+    "chain1,chain2,chain3,chain5,chain7,4,2,16" or "chain3 4,2,16" (brackets and quotes are
+    ignored: "[chain1,[4,2,16]]", as the registry's shorthand passes it). Duplicates are dropped,
     order kept. ValueError names the bad item."""
     if isinstance(shapes, str):
-        words = [w for w in shapes.replace(";", ",").replace(" ", ",").split(",") if w.strip()]
+        text = shapes.translate(str.maketrans(";", ",", "[]\"'"))
+        words = [w for w in text.replace(" ", ",").split(",") if w.strip()]
         items: list[object] = []
         i = 0
         while i < len(words):

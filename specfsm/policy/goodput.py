@@ -38,16 +38,59 @@ alpha 0.6 against zero-tax PLAIN is 28 at 1024 tokens and 10 at 4096, so one con
 setting is wrong by ~3x somewhere. A single-context table, or `mean_ctx` 0 (unknown), uses
 the configured context.
 
+Shapes (issue 13): with ``shapes`` (e.g. `DEFAULT_SHAPE_GRID`: chains of 1, 2, 3, 5, 7 steps
+and the trees (4, 2, 16), (4, 3, 8); the launch shape `cost.shape` is added when not listed)
+the policy chooses among PLAIN and every shape each iteration, at the observed bs and ctx:
+
+    goodput(PLAIN) = bs / off_ms(bs),   goodput(s) = bs * accept(s) / spec_ms(bs, s)
+
+* accept(s) comes from per-(width, depth) acceptance counts learned online from accept_lens
+  and accept_shape (`specfsm.policy.learn.DepthAcceptance`: a verify of n accepted drafts hits
+  depths 1..n and misses depth n+1; decayed per verify by `depth_ema`, slower than the on/off
+  EMA so that noise does not flip near-equal shapes); a depth never observed is predicted from
+  the alpha fitted to the observed ones through the tree approximation of
+  `specfsm.model.acceptance` (a chain's depth is alpha itself), the prior alpha (implied by
+  `accept_len` at the launch shape) weighing as a few pseudo-trials. Trees are therefore
+  learned per (width, depth) where they ran, and from the fitted alpha where they did not.
+* spec_ms / off_ms are the prior (the shipped table, or `profile`'s series laid over it: the
+  engine's start-up profile) x a correction learned from Observation.step_ms / step_bs /
+  step_shape / step_kind (`StepCalibration`: per kind and shape, log2-bs buckets, EMA
+  `cal_ema`; a shape never measured borrows the smallest measured factor, so it gets tried
+  rather than ruled out on another shape's factor; PLAIN never measured keeps the prior).
+  Step kinds: "spec" (a verify iteration of step_shape), "plain" (a zero-tax or plain decode
+  step), "warm" (a warm step: warm PLAIN, DRAINING's forward); "resync" is not learned from
+  (its catch-up depends on the lag). Costs are cached per (bs, ctx bucket) and the cache is
+  dropped only when a correction moved by more than 1%, so an iteration is a few dict lookups.
+  Predicted accept lengths refresh every `accept_refresh` iterations.
+* In SPECULATING: LOAD_HIGH when PLAIN beats the current shape by `margin` and every shape
+  (dwell `min_dwell`, `debounce`, as above); else RESHAPE (`next_shape`) when the best shape
+  beats the current one by `shape_margin` + `shape_z` standard errors of their predicted
+  ratio (both accept lengths hang on the fitted alpha: the error of alpha moves their ratio
+  by d log(accept_best / accept_current) / d alpha x sd(alpha); noise in a short window of
+  verifies then does not flip two near-equal shapes) for `shape_debounce` iterations and
+  `shape_dwell` iterations passed since the last RESHAPE. The first RESHAPE after entering
+  SPECULATING (the machine resumes at its current shape) and leaving a shape that was tried
+  before it was ever measured wait only `debounce` iterations. In PLAIN: LOAD_LOW when the
+  best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the catch-up check above for
+  that shape). The first mode the policy sees was not chosen by it: no dwell there. The
+  current shape is Observation.shape (the machine's) when given, else the policy's record.
+* `best(bs, ctx)`: the shape (None: PLAIN) with the highest predicted goodput now.
+
+Without ``shapes`` the policy is the on/off policy above (the launch shape only, the
+accept-length EMA); the calibration applies to both.
+
 The policy registry (`specfsm.policy.registry`) builds one from its JSON-style description
 (``{"name": "goodput", ...}``, or the shorthand ``goodput:shape=chain3,accept_len=2.5``).
 
-Inputs are `decode_bs`, `mean_ctx` and `accept_lens` only (identical on every TP/DP rank), so
-ranks agree.
-State: the EMA, a streak counter, the mode-entry iteration, and a per-bs prediction cache.
+Inputs are `decode_bs`, `mean_ctx`, `accept_lens`, `accept_shape`, `shape` and the step_*
+fields (identical on every TP/DP rank when the adapter reports the global step), so ranks agree.
+State: the EMA, the depth counts, the calibration, streak counters, the mode-entry and last
+RESHAPE iterations, and a per-(bs, ctx) prediction cache.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,6 +98,7 @@ from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.model.acceptance import (
     DraftShape,
+    accept_length,
     alpha_from_accept_length,
     parse_shape,
     parse_shape_list,
@@ -107,6 +151,7 @@ class GoodputPolicy(Hysteresis):
         shape_dwell: int = 128,
         cal_ema: float = 0.1,
         depth_ema: float = 0.003,
+        shape_z: float = 1.0,
         rho: float = 0.5,
     ) -> None:
         try:
@@ -161,6 +206,7 @@ class GoodputPolicy(Hysteresis):
         self.shape_margin = shape_margin
         self.shape_debounce = shape_debounce
         self.shape_dwell = shape_dwell
+        self.shape_z = shape_z
         self.rho = rho
         #: the table measures several context lengths: price each iteration at its mean_ctx
         self.ctx_aware = len(self.prior.contexts) > 1
@@ -196,6 +242,8 @@ class GoodputPolicy(Hysteresis):
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
         self._acc: tuple[float, ...] = tuple(self.depths.accept_length(s) for s in self._cands)
         self._acc_version = self.depths.version
+        self._dlog: tuple[float, ...] = (0.0,) * len(self._cands)
+        self._alpha_sd = 0.0
         self._acc_at = -(10**9)
         self._shape_streak = 0
         self._shape_since = -(10**9)  # iteration of the last RESHAPE
@@ -296,6 +344,15 @@ class GoodputPolicy(Hysteresis):
             self._acc = tuple(d.accept_length(s) for s in self._cands)
             self._acc_version = d.version
             self._acc_at = iteration
+            if self.shape_z > 0.0:
+                a, h = d.alpha_fit(), 0.01
+                lo, hi = max(0.0, a - h), min(1.0, a + h)
+                self._dlog = tuple(
+                    math.log(accept_length(hi, s, self.rho) / accept_length(lo, s, self.rho))
+                    / (hi - lo)
+                    for s in self._cands
+                )
+                self._alpha_sd = d.alpha_sd()
         return self._acc
 
     def accept_lengths(self) -> dict[DraftShape, float]:
@@ -446,7 +503,12 @@ class GoodputPolicy(Hysteresis):
                 f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[cur]:.2f}"
             )
             return ev
-        if mode is not Mode.SPECULATING or ib == cur or top <= now * (1.0 + self.shape_margin):
+        need = self.shape_margin
+        if self.shape_z > 0.0 and ib != cur:
+            # both predictions hang on the fitted alpha: its error moves their ratio by
+            # d log(accept_b / accept_cur) / d alpha x sd(alpha)
+            need += self.shape_z * abs(self._dlog[ib] - self._dlog[cur]) * self._alpha_sd
+        if mode is not Mode.SPECULATING or ib == cur or top <= now * (1.0 + need):
             self._shape_streak = 0
             return None
         self._shape_streak += 1
@@ -520,6 +582,7 @@ _KEYWORDS: dict[str, type] = {
     "shape_dwell": int,
     "cal_ema": float,
     "depth_ema": float,
+    "shape_z": float,
 }
 
 

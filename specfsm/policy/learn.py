@@ -4,9 +4,10 @@
 shape with per-depth widths b_1..b_K (`depth_widths`: 1 for a chain; for a tree the children an
 accepted node tries) that accepted n drafts says: depth j was reached and accepted for j <= n,
 and depth n+1 was tried and missed when n < K. Counts are kept per (width, depth) and decay
-with the same per-verify EMA weight as the policy's accept-length EMA (a verify weighs
-`ema_alpha`; an iteration of n verifies decays the old counts by (1 - ema_alpha)^n; lazily,
-through one growing scale, so an update costs O(bs + K) and no pass over the keys). The
+per verify (a verify weighs `ema_alpha`; an iteration of n verifies decays the old counts by
+(1 - ema_alpha)^n, but by no more than 1 - 1/`min_window`, so that at a large batch the window
+still spans `min_window` iterations; lazily, through one growing scale, so an update costs
+O(bs + K) and no pass over the keys). The
 prediction for any shape, depth d of width b:
 
     p_(b,d) = (hits_(b,d) + w0 * f_b(alpha_fit)) / (trials_(b,d) + w0)
@@ -24,14 +25,14 @@ that a low stretch that sent the policy to PLAIN does not keep it there for good
 `StepCalibration`: measured / predicted step time per (kind, shape) and log2 batch-size bucket
 (`per_octave` buckets per doubling), an EMA (the first measurement of a key sets it); between
 the observed buckets of a key linear in log2(bs), flat outside them. A speculative shape never
-measured takes the smallest factor among the measured speculative shapes and the plain step
-(optimism under uncertainty: the policy tries it, and one step measures it, instead of never
-trying a better shape priced with another shape's factor; how a GPU differs from the table
-depends on the shape: on the Triton-attention table a 16-wide tree verify is 1.09x the
-FlashInfer table's at bs 1, a chain of 3 1.16x). A PLAIN or warm step never measured keeps
-the prior (1.0, the table's decode row), the same optimism: one visit corrects it. `version`
-bumps only when a factor moved by more than `tolerance` since the last bump, so a caller
-caching corrected costs invalidates rarely.
+measured takes the smallest factor among the measured speculative shapes (optimism under
+uncertainty: the policy tries it, and one step measures it, instead of never trying a better
+shape priced with another shape's factor; how a GPU differs from the table depends on the
+shape: on the Triton-attention table a 16-wide tree verify is 1.09x the FlashInfer table's at
+bs 1, a chain of 3 1.16x). A PLAIN or warm step never measured keeps the prior (1.0, the
+table's decode row), the same optimism: one visit corrects it. `version` bumps only when a
+factor moved by more than `tolerance` since the last bump, so a caller caching corrected
+costs invalidates rarely.
 
 Pure Python, deterministic.
 """
@@ -60,6 +61,7 @@ class DepthAcceptance:
         *,
         rho: float = 0.5,
         ema_alpha: float = 0.01,
+        min_window: int = 64,
         prior_weight: float = 16.0,
         depth_weight: float = 64.0,
         relax_half_life: int = 512,
@@ -75,6 +77,9 @@ class DepthAcceptance:
         self._hits: dict[tuple[int, int], float] = {}  # scaled by _g
         self._trials: dict[tuple[int, int], float] = {}
         self._g = 1.0  # effective count = stored / _g
+        #: an iteration decays the counts by at most 1 - 1/min_window, however many verifies
+        #: it holds: at a large batch the window still spans min_window iterations
+        self.min_window = min_window
         self._decay: dict[int, float] = {}  # verifies per iteration -> 1 / (1 - ema_alpha)^n
         self._widths: dict[DraftShape, tuple[int, ...]] = {}
         self._alpha: float | None = None  # alpha_fit cache (None: recompute)
@@ -105,7 +110,10 @@ class DepthAcceptance:
         k = len(widths)
         d = self._decay.get(n)
         if d is None:
-            d = self._decay[n] = (1.0 - self.ema_alpha) ** -n
+            keep = (1.0 - self.ema_alpha) ** n
+            if self.min_window > 0:
+                keep = max(keep, 1.0 - 1.0 / self.min_window)
+            d = self._decay[n] = 1.0 / keep
         self._grow(d)
         g = self._g
         counts = [0] * (k + 1)
@@ -150,6 +158,13 @@ class DepthAcceptance:
             den += tt
         self._alpha = num / den
         return self._alpha
+
+    def alpha_sd(self) -> float:
+        """The standard error of `alpha_fit` (binomial, over the effective trials and the
+        prior's pseudo-trials)."""
+        a = self.alpha_fit()
+        t = self.prior_weight + sum(self._trials.values()) / self._g
+        return math.sqrt(max(a * (1.0 - a), 1e-4) / t)
 
     def depth_probs(self, shape: DraftShape) -> list[float]:
         """Predicted p_d for each depth of `shape` (see the module docstring)."""
@@ -242,8 +257,8 @@ class StepCalibration:
     def factor(self, kind: str, shape: DraftShape | None, bs: float) -> float:
         """The correction for a `kind` step of `shape` at batch size bs (see the module
         docstring): its own key's; for a speculative shape never measured, the smallest factor
-        of the measured speculative shapes and the measured plain step (optimistic: it gets
-        tried, then measured); any other kind never measured, or nothing measured: 1.0."""
+        of the measured speculative shapes (optimistic: it gets tried, then measured); any
+        other kind never measured, or nothing measured: 1.0."""
         f = self._at((kind, shape), bs)
         if f is not None:
             return f
@@ -251,7 +266,7 @@ class StepCalibration:
             return 1.0
         best: float | None = None
         for k in self._b:
-            if k[0] == "spec" or k[0] == "plain":
+            if k[0] == "spec":
                 v = self._at(k, bs)
                 if v is not None and (best is None or v < best):
                     best = v

@@ -15,7 +15,10 @@ Names (`POLICIES`):
 =========  =================================================================================
 threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``
 goodput    ``shape`` (chainN | tree | topk,steps,draft_tokens | [topk, steps, draft_tokens]),
-           ``accept_len`` (required), ``table``, ``ctx`` and GoodputPolicy's keywords
+           ``accept_len`` (required), ``table``, ``ctx``, ``shapes`` (a list of shapes, or
+           ``"chain1,chain3,4,2,16"``: choose the shape among them and PLAIN), ``profile``
+           (a cost CSV: the engine's start-up profile), ``calibrate`` and GoodputPolicy's
+           keywords
 fixed      ``speculate`` (true | false)
 scripted   ``schedule`` ([[iteration, "SPECULATING" | "PLAIN"], ...]), ``initial``
 =========  =================================================================================

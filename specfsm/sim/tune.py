@@ -1,10 +1,13 @@
 """Tuning maths: the crossover batch size from a cost table, the ThresholdPolicy and
-GoodputPolicy parameters it recommends, and the equivalent SGLang adaptive config."""
+GoodputPolicy parameters it recommends, the equivalent SGLang adaptive config, and the
+per-batch-size shape table (`shape_table`: the best draft shape or PLAIN at each bs)."""
 
 from __future__ import annotations
 
 import bisect
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -13,6 +16,8 @@ from specfsm._extras import UsageError
 from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import (
     DraftShape,
+    accept_length,
+    shape_text,
 )
 from specfsm.model.costs import (
     PLAIN_WARM,
@@ -20,6 +25,7 @@ from specfsm.model.costs import (
     PLAIN_ZERO_TAX_MODEL,
     CostModel,
     load_table,
+    overlay_table,
 )
 from specfsm.policy.simple import ThresholdPolicy
 
@@ -184,11 +190,101 @@ def check_accept_len(value: float | None, shape: DraftShape) -> None:
         )
 
 
-def cost_model(flag: str, table: str, shape: DraftShape, ctx: int | None) -> CostModel:
-    """The cost model of `table`, or UsageError naming `flag`, the table and what is wrong."""
+def cost_model(
+    flag: str, table: str, shape: DraftShape, ctx: int | None, profile: str | None = None
+) -> CostModel:
+    """The cost model of `table` (with `profile`'s series laid over it, `overlay_table`: an
+    engine's start-up profile), or UsageError naming `flag`, the table and what is wrong."""
+    if profile is not None:
+        try:
+            prof = load_table(profile)
+        except (OSError, ValueError) as exc:
+            why = str(exc.strerror if isinstance(exc, OSError) and exc.filename else exc)
+            raise UsageError(f"--profile {profile}: {why}") from None
     try:
+        if profile is not None:
+            return CostModel(overlay_table(load_table(table), prof), shape, ctx=ctx)
         return CostModel(load_table(table), shape, ctx=ctx)
     except (OSError, ValueError) as exc:
         why = str(exc.strerror if isinstance(exc, OSError) and exc.filename else exc)
         # the message names the table already (load_table, parse_table, check_models)
         raise UsageError(f"{flag}: {why}" if table in why else f"{flag} {table}: {why}") from None
+
+
+# ------------------------------------------------------------------------------ shape table
+#: The batch sizes of `specfsm tune --shapes`' per-batch-size table.
+SHAPE_TABLE_BS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+@attrs.frozen
+class ShapeRow:
+    """One batch size of the shape table: the best choice (None: PLAIN), its tok/s, the best
+    single static choice's tok/s at this bs, and every candidate's tok/s."""
+
+    bs: int
+    best: DraftShape | None
+    tok_s: float
+    static_tok_s: float
+    tps: dict[DraftShape | None, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.tok_s / self.static_tok_s if self.static_tok_s > 0 else float("nan")
+
+
+@attrs.frozen
+class ShapeTable:
+    """`shape_table`'s result: rows per bs, the best single static choice over them, the
+    accept length each shape is priced with, and why a shape's cost is interpolated."""
+
+    rows: list[ShapeRow]
+    static: DraftShape | None
+    accept: dict[DraftShape, float]
+    interpolated: dict[DraftShape, list[str]]
+    alpha: float
+    plain: str
+
+
+def shape_table(
+    cost: CostModel,
+    alpha: float,
+    shapes: Sequence[DraftShape],
+    *,
+    plain: str = PLAIN_ZERO_TAX,
+    batch_sizes: Sequence[int] = SHAPE_TABLE_BS,
+    rho: float = 0.5,
+) -> ShapeTable:
+    """Per batch size, the shape (or PLAIN) with the highest predicted tok/s on `cost` at
+    per-token acceptance `alpha` (each shape's accept length from `accept_length`, the module's
+    tree approximation), PLAIN priced as `plain`. The best single static choice is the one
+    (PLAIN included) with the highest geometric mean over the rows of its tok/s relative to
+    the row's best; each row's ratio is the best choice over that static one. A shape whose
+    verify width or draft step the table does not measure is priced by interpolation and
+    listed in `interpolated` (`CostModel.unmeasured`)."""
+    cands: list[DraftShape | None] = [None, *dict.fromkeys(shapes)]
+    accept = {s: accept_length(alpha, s, rho) for s in cands if s is not None}
+    per_bs: list[dict[DraftShape | None, float]] = []
+    for bs in batch_sizes:
+        tps: dict[DraftShape | None, float] = {None: cost.off_tps(bs, plain)}
+        for s, acc in accept.items():
+            tps[s] = cost.spec_tps(bs, acc, s)
+        per_bs.append(tps)
+
+    def score(c: DraftShape | None) -> float:
+        return sum(math.log(t[c] / max(t.values())) for t in per_bs)
+
+    static = max(cands, key=score)
+    rows = []
+    for bs, tps in zip(batch_sizes, per_bs, strict=True):
+        best = max(cands, key=lambda c, t=tps: t[c])  # type: ignore[misc]
+        rows.append(ShapeRow(bs, best, tps[best], tps[static], tps))
+    interpolated = {s: r for s in accept if (r := cost.unmeasured(s))}
+    return ShapeTable(rows, static, accept, interpolated, alpha, plain)
+
+
+def choice_label(shape: DraftShape | None, table: ShapeTable | None = None) -> str:
+    """ "PLAIN" or the shape's short text, with "*" when `table` flags it interpolated."""
+    if shape is None:
+        return "PLAIN"
+    mark = "*" if table is not None and shape in table.interpolated else ""
+    return shape_text(shape) + mark
