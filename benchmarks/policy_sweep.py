@@ -22,9 +22,11 @@ specfsm variant's lines are printed as info).
 
 (a) fixed concurrency 1..256: specfsm tok/s / the best static grid shape, and / the best peer.
 (b) time-varying closed-loop traces (ramp 1->256->1, bursts 2/128, sinusoid 2..200; >= 20,000
-    iterations at the default --duration): throughput and p99 TPOT vs the per-phase oracle
-    (`specfsm.sim.oracle`: phases of duration/32 simulated seconds, the best static shape per
-    phase), and switches per 100 iterations.
+    iterations for specfsm at the default --duration, which is scaled per table by its decode
+    step at bs 64 / the fit table's, at least 1x: the 32B-shaped table's traces are ~4x longer):
+    throughput and p99 TPOT vs the per-phase oracle (`specfsm.sim.oracle`: phases of
+    duration/32 simulated seconds, the best static shape per phase), and switches per 100
+    iterations.
 Ends with the five summary lines `name: value (goal ...)`.
 """
 
@@ -73,6 +75,12 @@ def label(table: str) -> str:
     return f"{table} (SYNTHETIC, not measured)" if table.startswith("synthetic") else table
 
 
+def trace_scale(fit: CostModel, table: str) -> float:
+    """How much longer (simulated s) traces run on `table` than on the fit table: its decode
+    step at bs 64 / the fit table's, at least 1 (so a slower model gets as many iterations)."""
+    return max(1.0, CostModel(load_table(table)).plain_ms(64) / fit.plain_ms(64))
+
+
 def _controller(
     name: str, fit: CostModel, shape: DraftShape, alpha: float, lazy: bool
 ) -> Controller:
@@ -108,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score-tables", default=",".join(SCORES), help="comma-separated")
     ap.add_argument("--trace-tables", default=None, help="score tables of (b) (default: all)")
     ap.add_argument("--specfsm", default=ZERO_TAX_NAME, choices=SPECFSM)
-    ap.add_argument("--duration", type=float, default=500.0, help="trace length (simulated s)")
+    ap.add_argument("--duration", type=float, default=640.0,
+                    help="trace length (simulated s) on a table as fast as the fit table; "
+                         "scaled per score table (see above)")  # fmt: skip
     ap.add_argument("--iterations", type=int, default=4000, help="measured iterations per level")
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=2)
@@ -142,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"specfsm: {a.specfsm} (summary lines), {other} "
           f"(info); zero-tax lazy draft prefill {'on' if lazy else 'off'}; seed {a.seed}; "
           f"levels {list(levels)} x {a.iterations} iterations (+{a.warmup} warm-up); traces "
-          f"{a.duration:g} simulated s on {', '.join(label(t) for t in trace_tables)}, "
-          f"phases {default_phase_s(a.duration):g} s")  # fmt: skip
+          f"on {', '.join(label(t) for t in trace_tables)}, phases of 1/32 of a trace")  # fmt: skip
+    for t in trace_tables:
+        d = a.duration * trace_scale(fit0, t)
+        print(f"  traces on {label(t)}: {d:g} simulated s ({trace_scale(fit0, t):.2f}x "
+              f"--duration), phases {default_phase_s(d):g} s")  # fmt: skip
     for al in alphas:
         for sn, shape in SHAPES.items():
             fit = CostModel(load_table(a.fit_table), shape)
@@ -154,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"    {p}: {json.dumps(controller(p, fit, shape, al).describe())}")
     trace_names = list(named_traces(a.duration))
+    dur = {t: a.duration * trace_scale(fit0, t) for t in scores}
     tasks: list[tuple[Any, ...]] = []
     for table in scores:
         for al in alphas:
@@ -165,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 todo = [("-", p) for p in SHAPE_FREE]
                 todo += [(sn, p) for sn in SHAPES for p in ("sglang-adaptive", *SPECFSM)]
                 for sn, pol in todo:
-                    tasks.append((table, al, kind, arg, sn, pol, a.fit_table, a.duration,
+                    tasks.append((table, al, kind, arg, sn, pol, a.fit_table, dur[table],
                                   a.iterations, a.warmup, a.seed, lazy,
                                   rec and pol in TIMELINE))  # fmt: skip
     tasks.sort(key=lambda t: t[2] != "trace")  # long ones first
@@ -242,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 for tn in trace_names:
                     runs = cell(table, al, "trace", tn, sn)
                     statics = {s: runs[s] for s in STATIC_GRID_NAMES}
-                    orc = phase_oracle(statics, a.duration)
+                    orc = phase_oracle(statics, dur[table])
                     o_p99 = orc.tpot_p99_ms
                     where = f"{label(table)} {sn} a{al} {tn}"
                     print(f"\n-- (b) trace {runs[a.specfsm].load} ({where}); oracle: "
@@ -251,13 +265,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(format_table(shown))
                     for r in runs.values():
                         rows_out.append({"table": table, "launch": sn, "alpha": al,
-                                         "phase_tok_s": round(phase_tok_s(r, a.duration), 1),
+                                         "phase_tok_s": round(phase_tok_s(r, dur[table]), 1),
                                          "oracle_tok_s": round(orc.tok_s, 1),
                                          "oracle_tpot_p99_ms": round(o_p99, 3),
                                          **r.row()})  # fmt: skip
                     for p in (*PEER_NAMES, *SPECFSM):
                         r = runs[p]
-                        rt = phase_tok_s(r, a.duration) / orc.tok_s
+                        rt = phase_tok_s(r, dur[table]) / orc.tok_s
                         rp = pct(r.tpot_ms, 99) / o_p99
                         sw = r.switches_per_100
                         print(f"   {p:>16} / oracle: tok/s {rt:.3f}, p99 TPOT {rp:.3f}; "

@@ -498,7 +498,6 @@ def run(
     decode = _Decode(np, np.random.default_rng([seed, 2]), alpha, accept_len_fn, rho)
     arrivals = _Arrivals(load, np.random.default_rng([seed, 3]))
     meter = _Meter(record_timeline, tpot_window_s, phase_s or 0.0)
-    observe = getattr(controller, "observe_step", None)  # Controller.observe_step (issue 13)
     ctx_aware = len(cost.contexts) > 1  # several contexts: price at the batch's mean KV length
     is_fsm = isinstance(controller, FSMController)
     lazy = lazy_draft_prefill or controller.lazy_draft_prefill
@@ -531,8 +530,7 @@ def run(
             ms += decode_ms
             if is_fsm:  # what the policy sees next iteration: this iteration's verifies
                 accept_lens = tuple(tokens.tolist()) if plan.kind == SPEC else ()
-        if observe is not None:
-            observe(plan, bs, decode_ms)
+        controller.observe_step(plan, bs, decode_ms)
         controller.after(plan)
         in_window = it >= warmup_iterations
         meter.switch(controller, plan, in_window)
