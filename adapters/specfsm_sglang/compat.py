@@ -229,3 +229,24 @@ def tp_rank() -> int:
         return int(get_parallel().tp_rank)
     except Exception:
         return 0
+
+
+def grow_graph_logits(worker: Any, rows: int) -> int:
+    """Make SGLang's process-wide CUDA-graph logits buffer (``GraphSharedOutput``, sized at
+    start-up for the launch shape: max graph bs x its draft tokens) hold `rows` rows, so that
+    runtime states of wider shapes can capture their verify and draft-extend graphs. Graphs
+    already captured keep the buffer they captured (they hold its tensors); only runners that
+    still point at the old object get the new one. Returns the new row count, 0 when nothing
+    had to change (no graphs, or already large enough). Same class in 0.5.17 and 0.5.23."""
+    runners = [worker._target_worker.model_runner, worker._draft_worker.draft_runner]
+    shared = getattr(runners[0], "graph_shared_output", None)
+    if shared is None or int(shared.max_rows) >= rows:
+        return 0
+    cls = type(shared)
+    grown = cls(device=shared.device, max_rows=rows)
+    if getattr(cls, "_process_shared", None) is shared:
+        cls._process_shared = grown
+    for r in runners:
+        if getattr(r, "graph_shared_output", None) is shared:
+            r.graph_shared_output = grown
+    return rows

@@ -1,0 +1,49 @@
+"""SGLang's shared CUDA-graph logits buffer grows for wider shapes (the H200 start-up crash:
+"shared logits buffer holds 256 rows but caller needs 384")."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("sglang")
+from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+from specfsm_sglang import compat
+
+
+def _worker(shared: object) -> SimpleNamespace:
+    target = SimpleNamespace(graph_shared_output=shared)
+    draft = SimpleNamespace(graph_shared_output=shared)
+    return SimpleNamespace(
+        _target_worker=SimpleNamespace(model_runner=target),
+        _draft_worker=SimpleNamespace(draft_runner=draft),
+    )
+
+
+def test_buffer_grows_for_the_widest_shape() -> None:
+    """A buffer sized for the launch shape is replaced by one the widest shape fits, on both
+    runners and as SGLang's process-wide instance; the old one's tensors stay valid."""
+    saved = GraphSharedOutput._process_shared
+    old = GraphSharedOutput(device="cpu", max_rows=256)
+    GraphSharedOutput._process_shared = old
+    kept = old.get_logits_buffer(8, rows=256)
+    w = _worker(old)
+    with pytest.raises(AssertionError, match="holds 256 rows but caller needs 384"):
+        old.get_logits_buffer(8, rows=384)
+    assert compat.grow_graph_logits(w, 384) == 384
+    new = w._target_worker.model_runner.graph_shared_output
+    assert (
+        new is w._draft_worker.draft_runner.graph_shared_output is GraphSharedOutput._process_shared
+    )
+    assert new.get_logits_buffer(8, rows=384).shape == (384, 8)
+    assert kept.shape == (256, 8)
+    assert compat.grow_graph_logits(w, 300) == 0  # already large enough
+    GraphSharedOutput._process_shared = saved
+
+
+def test_no_graphs_nothing_to_grow() -> None:
+    """Without CUDA graphs (the CPU bed) there is no shared buffer and nothing changes."""
+    w = _worker(None)
+    assert compat.grow_graph_logits(w, 1024) == 0
+    assert w._target_worker.model_runner.graph_shared_output is None
