@@ -69,10 +69,13 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   by d log(accept_best / accept_current) / d alpha x sd(alpha); noise in a short window of
   verifies then does not flip two near-equal shapes) for `shape_debounce` iterations and
   `shape_dwell` iterations passed since the last RESHAPE. The first RESHAPE after entering
-  SPECULATING (the machine resumes at its current shape) and leaving a shape that was tried
-  before it was ever measured wait only `debounce` iterations. In PLAIN: LOAD_LOW when the
+  SPECULATING (the machine resumes at its current shape; the choice was made in PLAIN, and
+  needs no standard-error term) waits only `debounce` iterations; leaving a shape that was
+  tried before it was ever measured (it measured no better) one iteration, and leaving a
+  SPECULATING entered for such a shape no `min_dwell`. In PLAIN: LOAD_LOW when the
   best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the catch-up check above for
-  that shape). The first mode the policy sees was not chosen by it: no dwell there. The
+  that shape). The first mode the policy sees was not chosen by it: no dwell and no debounce
+  there (the prior decides at once: a tree launched at bs 256 leaves at once). The
   current shape is Observation.shape (the machine's) when given, else the policy's record.
 * `best(bs, ctx)`: the shape (None: PLAIN) with the highest predicted goodput now.
 
@@ -95,7 +98,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specfsm.fsm.observation import Observation
-from specfsm.fsm.table import Event, Mode
+from specfsm.fsm.table import TOWARD, Event, Mode
 from specfsm.model.acceptance import (
     DraftShape,
     accept_length,
@@ -237,7 +240,7 @@ class GoodputPolicy(Hysteresis):
         self._cal_seen = 0
         self._last_ctx = 0  # the mean_ctx of the previous iteration (the step measured now)
         # (bs, ctx bucket) -> (off ms, spec ms per candidate), corrected
-        self._cache: dict[tuple[int, int], tuple[float, tuple[float, ...]]] = {}
+        self._cache: dict[tuple[int, int], tuple[float, tuple[float, ...], tuple[float, ...]]] = {}
         self._prior_memo: dict[tuple[str, DraftShape | None, int, int], float] = {}
         self._weights: dict[int, float] = {}  # verifies in one iteration -> EMA weight
         self._acc: tuple[float, ...] = tuple(self.depths.accept_length(s) for s in self._cands)
@@ -248,6 +251,8 @@ class GoodputPolicy(Hysteresis):
         self._shape_streak = 0
         self._shape_since = -(10**9)  # iteration of the last RESHAPE
         self._exploring = False  # the current shape was chosen before it was ever measured
+        self._initial = False  # in the first mode, before the policy's first event
+        self._probe = False  # SPECULATING entered for a shape never measured
 
     # ------------------------------------------------------------------ costs
     def _bucket(self, ctx: int) -> int:
@@ -262,9 +267,12 @@ class GoodputPolicy(Hysteresis):
         b = self._bucket(ctx)
         return self.prior.at_ctx_bucket(b, self.ctx_bucket) if b else self.prior
 
-    def _all_costs(self, bs: int, ctx: int = 0) -> tuple[float, tuple[float, ...]]:
-        """(PLAIN ms, speculative ms of each candidate shape) at bs and ctx, corrected by the
-        calibration; cached per (bs, ctx bucket) until a correction moves by > its tolerance."""
+    def _all_costs(
+        self, bs: int, ctx: int = 0
+    ) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        """(PLAIN ms, speculative ms of each candidate shape, the same with a never-measured
+        shape priced optimistically) at bs and ctx, corrected by the calibration; cached per
+        (bs, ctx bucket) until a correction moves by more than its tolerance."""
         cal = self.calibration
         if cal is not None and cal.version != self._cal_seen:
             self._cache.clear()
@@ -274,21 +282,21 @@ class GoodputPolicy(Hysteresis):
         if c is None:
             m = self._model(ctx)
             off = m.off_ms(bs, self.plain)
-            spec = [m.spec_ms(bs, s) for s in self._cands]
+            spec = tuple(m.spec_ms(bs, s) for s in self._cands)
+            opt = spec
             if cal is not None and cal.samples:
                 off *= cal.factor(self._off_kind, None, bs)
-                spec = [
-                    ms * cal.factor(STEP_SPEC, s, bs)
-                    for ms, s in zip(spec, self._cands, strict=True)
-                ]
-            c = (off, tuple(spec))
+                pairs = tuple(zip(spec, self._cands, strict=True))
+                spec = tuple(ms * cal.factor(STEP_SPEC, s, bs) for ms, s in pairs)
+                opt = tuple(ms * cal.factor(STEP_SPEC, s, bs, True) for ms, s in pairs)
+            c = (off, spec, opt)
             if len(self._cache) < 65536:
                 self._cache[key] = c
         return c
 
     def _costs(self, bs: int, ctx: int = 0) -> tuple[float, float]:
         """(PLAIN ms, speculative ms of the current shape) at bs and ctx."""
-        off, spec = self._all_costs(bs, ctx)
+        off, spec, _ = self._all_costs(bs, ctx)
         return off, spec[self._cur]
 
     def _prior_ms(self, kind: str, shape: DraftShape | None, bs: int, ctx: int) -> float:
@@ -327,7 +335,7 @@ class GoodputPolicy(Hysteresis):
     def predicted_ms(self, bs: int, shape: DraftShape | None = None, ctx: int = 0) -> float:
         """The policy's current (calibrated) prediction of one step at bs: a speculative
         iteration of `shape` (one of the candidates), or PLAIN (None)."""
-        off, spec = self._all_costs(bs, ctx)
+        off, spec, _ = self._all_costs(bs, ctx)
         if shape is None:
             return off
         i = self._index.get(shape)
@@ -381,7 +389,7 @@ class GoodputPolicy(Hysteresis):
         """Predicted output tokens/s of PLAIN (key None) and of every candidate shape."""
         if bs <= 0:
             return {None: 0.0, **dict.fromkeys(self._cands, 0.0)}
-        off, spec = self._all_costs(bs, ctx)
+        off, spec, _ = self._all_costs(bs, ctx)
         acc = self.accept_lengths()
         out: dict[DraftShape | None, float] = {None: 1000.0 * bs / off}
         for s, ms in zip(self._cands, spec, strict=True):
@@ -399,6 +407,7 @@ class GoodputPolicy(Hysteresis):
         shapes = self.shapes
         if shapes and self._mode is None:  # the first mode was not chosen: no dwell in it
             self._mode, self._since = mode, obs.iteration - self.min_dwell
+            self._initial = True
         self._seen(mode, obs.iteration)
         if shapes and obs.shape is not None:
             i = self._index.get(obs.shape)
@@ -433,7 +442,10 @@ class GoodputPolicy(Hysteresis):
             self._shape_streak = 0
             return None
         if shapes:
-            return self._decide_shapes(mode, obs, bs)
+            ev = self._decide_shapes(mode, obs, bs)
+            if ev is not None:
+                self._initial = False
+            return ev
         ctx = obs.mean_ctx
         plain, spec = self.predict(bs, None, ctx)
         if mode is Mode.PLAIN:
@@ -458,6 +470,17 @@ class GoodputPolicy(Hysteresis):
             )
         return ev
 
+    def _confirm(self, past: bool, mode: Mode, iteration: int) -> Event | None:
+        # the first mode (not chosen by the policy): no debounce, no dwell; a SPECULATING
+        # entered for a shape never measured, which measured no better: no dwell
+        if past and (
+            self._initial
+            or (self._probe and mode is not Mode.PLAIN and self._streak + 1 >= self.debounce)
+        ):
+            self._streak = 0
+            return TOWARD[(mode, Mode.SPECULATING if mode is Mode.PLAIN else Mode.PLAIN)]
+        return super()._confirm(past, mode, iteration)
+
     def _catchup_pays(
         self, bs: int, ctx: int, iteration: int, p_ms: float, s_ms: float, acc: float
     ) -> bool:
@@ -470,7 +493,7 @@ class GoodputPolicy(Hysteresis):
     def _decide_shapes(self, mode: Mode, obs: Observation, bs: int) -> Event | None:
         it = obs.iteration
         ctx = obs.mean_ctx
-        off, spec = self._all_costs(bs, ctx)
+        off, spec, opt = self._all_costs(bs, ctx)
         acc = self._accepts(it)
         plain = 1000.0 * bs / off
         ib, top = 0, -1.0
@@ -487,6 +510,8 @@ class GoodputPolicy(Hysteresis):
             self._shape_streak = 0
             ev = self._confirm(past, mode, it)
             if ev is not None:
+                cal = self.calibration
+                self._probe = cal is not None and not cal.measured(STEP_SPEC, cands[ib])
                 self.last_reason = (
                     f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
                     f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[ib]:.2f}"
@@ -497,14 +522,22 @@ class GoodputPolicy(Hysteresis):
         past = plain > now * (1.0 + self.margin) and plain >= top
         ev = self._confirm(past, mode, it)
         if ev is not None:
+            self._probe = False
             self._shape_streak = 0
             self.last_reason = (
                 f"goodput: plain {plain:.0f} > {cands[cur].label()} {now:.0f} tok/s "
                 f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[cur]:.2f}"
             )
             return ev
+        if opt is not spec:  # the choice among shapes: never-measured shapes optimistic
+            ib, top = cur, now
+            for i, (a, ms) in enumerate(zip(acc, opt, strict=True)):
+                g = 1000.0 * bs * a / ms
+                if g > top:
+                    ib, top = i, g
+        resume = self._shape_since < self._since  # no RESHAPE yet since entering the mode
         need = self.shape_margin
-        if self.shape_z > 0.0 and ib != cur:
+        if self.shape_z > 0.0 and ib != cur and not resume:
             # both predictions hang on the fitted alpha: its error moves their ratio by
             # d log(accept_b / accept_cur) / d alpha x sd(alpha)
             need += self.shape_z * abs(self._dlog[ib] - self._dlog[cur]) * self._alpha_sd
@@ -512,10 +545,10 @@ class GoodputPolicy(Hysteresis):
             self._shape_streak = 0
             return None
         self._shape_streak += 1
-        if self._shape_since < self._since or self._exploring:
+        if resume or self._exploring:
             # the first shape change since (re-)entering SPECULATING, or leaving a shape tried
             # because it had never been measured: debounce only
-            ready = self._shape_streak >= self.debounce
+            ready = self._shape_streak >= (1 if self._initial or self._exploring else self.debounce)
         else:
             ready = (
                 self._shape_streak >= self.shape_debounce

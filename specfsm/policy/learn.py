@@ -14,22 +14,30 @@ prediction for any shape, depth d of width b:
 
 where f_b(a) = 1 - (1 - a)^(1 + rho (b - 1)) is the module's stated tree approximation
 (`specfsm.model.acceptance`; f_1(a) = a for a chain) and alpha_fit pools every counted depth,
-each inverted through f_b, with `prior_weight` pseudo-trials at the prior alpha (the alpha
-implied by the configured accept length at the launch shape). So a depth never observed (a
-chain of 7 while only chains of 3 ran, or a tree before any tree ran) is predicted from the
-alpha fitted to the depths that were, falling back to the prior with no data; a depth with
-data moves toward its own rate once its trials outweigh `depth_weight` (w0). In PLAIN there
-are no verifies: `relax` decays the counts (half-life `relax_half_life` PLAIN iterations) so
-that a low stretch that sent the policy to PLAIN does not keep it there for good.
+each inverted through f_b, with pseudo-trials at the prior alpha (the alpha implied by the
+configured accept length at the launch shape): `initial_weight` of them decaying like the
+counts (the prior dominates the first few verifies, a lucky first batch does not swing the
+choice) and `prior_weight` that stay (the level the counts relax to in PLAIN). So a depth
+never observed (a chain of 7 while only chains of 3 ran, or a tree before any tree ran) is
+predicted from the alpha fitted to the depths that were, falling back to the prior with no
+data; a depth with data moves toward its own rate once its trials outweigh `depth_weight`
+(w0). In PLAIN there are no verifies: `relax` decays the counts (half-life
+`relax_half_life` PLAIN iterations) so that a low stretch that sent the policy to PLAIN does
+not keep it there for good.
 
 `StepCalibration`: measured / predicted step time per (kind, shape) and log2 batch-size bucket
 (`per_octave` buckets per doubling), an EMA (the first measurement of a key sets it); between
 the observed buckets of a key linear in log2(bs), flat outside them. A speculative shape never
-measured takes the smallest factor among the measured speculative shapes (optimism under
-uncertainty: the policy tries it, and one step measures it, instead of never trying a better
-shape priced with another shape's factor; how a GPU differs from the table depends on the
-shape: on the Triton-attention table a 16-wide tree verify is 1.09x the FlashInfer table's at
-bs 1, a chain of 3 1.16x). A PLAIN or warm step never measured keeps the prior (1.0, the
+measured is interpolated in log2(verify width) between the measured speculative shapes and
+the measured plain step as width 1 (flat outside them); `optimistic`, it takes the smallest
+of the measured shapes' factors and 1.0 (the prior). The policy prices its mode decisions
+with the first and its choice among shapes with the second (optimism under uncertainty: a
+shape never measured gets tried, one step measures it, and the policy leaves it after
+`debounce` iterations when it was no better, instead of never trying a better shape priced
+with another shape's factor: how a GPU differs from the table depends on the shape; on the
+Triton-attention table a 16-wide tree verify is 1.09x the FlashInfer table's at bs 1, a chain
+of 3 1.16x; at ctx 4096 a chain of 3 is 0.92x the ctx-1024 table's at bs 1, the tree 1.19x).
+A PLAIN or warm step never measured keeps the prior (1.0, the
 table's decode row), the same optimism: one visit corrects it. `version` bumps only when a
 factor moved by more than `tolerance` since the last bump, so a caller caching corrected
 costs invalidates rarely.
@@ -46,6 +54,7 @@ from collections.abc import Sequence
 from specfsm.model.acceptance import DraftShape, depth_widths
 
 _RENORM = 1e150
+_PRIOR = (0, 0)  # the key of the initial (decaying) prior pseudo-trials
 
 
 def _width_eff(b: int, rho: float) -> float:
@@ -63,6 +72,7 @@ class DepthAcceptance:
         ema_alpha: float = 0.01,
         min_window: int = 64,
         prior_weight: float = 16.0,
+        initial_weight: float = 256.0,
         depth_weight: float = 64.0,
         relax_half_life: int = 512,
     ) -> None:
@@ -83,6 +93,9 @@ class DepthAcceptance:
         self._decay: dict[int, float] = {}  # verifies per iteration -> 1 / (1 - ema_alpha)^n
         self._widths: dict[DraftShape, tuple[int, ...]] = {}
         self._alpha: float | None = None  # alpha_fit cache (None: recompute)
+        if initial_weight > 0:  # the prior as decaying pseudo-trials under key (0, 0)
+            self._trials[_PRIOR] = initial_weight
+            self._hits[_PRIOR] = initial_weight * prior_alpha
         #: bumps on every update (callers refresh predictions when it moved)
         self.version = 0
 
@@ -153,7 +166,7 @@ class DepthAcceptance:
                 continue
             p = min(1.0, max(0.0, self._hits[key] / t))
             b = key[0]
-            a = p if b == 1 else 1.0 - (1.0 - p) ** (1.0 / _width_eff(b, self.rho))
+            a = p if b <= 1 else 1.0 - (1.0 - p) ** (1.0 / _width_eff(b, self.rho))
             num += tt * a
             den += tt
         self._alpha = num / den
@@ -254,23 +267,44 @@ class StepCalibration:
         """Whether a step of this kind and shape was measured (at any batch size)."""
         return (kind, shape) in self._b
 
-    def factor(self, kind: str, shape: DraftShape | None, bs: float) -> float:
+    def factor(
+        self, kind: str, shape: DraftShape | None, bs: float, optimistic: bool = False
+    ) -> float:
         """The correction for a `kind` step of `shape` at batch size bs (see the module
-        docstring): its own key's; for a speculative shape never measured, the smallest factor
-        of the measured speculative shapes (optimistic: it gets tried, then measured); any
-        other kind never measured, or nothing measured: 1.0."""
+        docstring): its own key's; for a speculative shape never measured, interpolated in
+        log2(verify width) between the measured shapes and the measured plain step as width 1
+        (flat outside them), or, `optimistic`, the smallest of the measured shapes' factors
+        and 1.0; with no speculative step measured, the plain step's factor; any other kind
+        never measured, or nothing measured: 1.0."""
         f = self._at((kind, shape), bs)
         if f is not None:
             return f
         if kind != "spec" or shape is None:
             return 1.0
-        best: float | None = None
+        pts: dict[float, list[float]] = {}
         for k in self._b:
-            if k[0] == "spec":
+            s = k[1]
+            if k[0] == "spec" and s is not None:
                 v = self._at(k, bs)
-                if v is not None and (best is None or v < best):
-                    best = v
-        return 1.0 if best is None else best
+                if v is not None:
+                    pts.setdefault(math.log2(s.draft_tokens), []).append(v)
+        anchor = self._at(("plain", None), bs)
+        if not pts:  # no speculative step measured yet: the plain step's factor, else none
+            return 1.0 if anchor is None else anchor
+        if optimistic:
+            return min(1.0, min(min(v) for v in pts.values()))
+        if anchor is not None:
+            pts.setdefault(0.0, []).append(anchor)
+        xs = sorted(pts)
+        ys = [sum(pts[x]) / len(pts[x]) for x in xs]
+        x = math.log2(shape.draft_tokens)
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1]
+        i = bisect.bisect_right(xs, x)
+        x0, x1 = xs[i - 1], xs[i]
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
 
     def describe(self) -> dict[str, object]:
         return {

@@ -1,0 +1,299 @@
+"""GoodputPolicy with shapes (issue 13): the shape the cost table implies, PLAIN where it pays,
+hysteresis, per-depth learning, self-calibration, the registry, and `specfsm tune --shapes`."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from specfsm.fsm.machine import SpecFSM
+from specfsm.fsm.observation import Observation
+from specfsm.fsm.table import Event, Mode
+from specfsm.model.acceptance import (
+    DEFAULT_SHAPE_GRID,
+    DraftShape,
+    accept_length,
+    depth_accept_probs,
+    parse_shape_list,
+)
+from specfsm.model.costs import CostModel, load_table, overlay_table, parse_table
+from specfsm.policy.goodput import GoodputPolicy
+from specfsm.policy.learn import DepthAcceptance, StepCalibration
+from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
+from specfsm.sim.tune import shape_table
+
+FIT = "h200_sglang0517_llama8b"
+CHAIN1, CHAIN3, CHAIN7 = DraftShape.chain(1), DraftShape.chain(3), DraftShape.chain(7)
+TREE = DraftShape(4, 2, 16)
+
+
+@pytest.fixture(scope="module")
+def cost() -> CostModel:
+    return CostModel(load_table(FIT), CHAIN3)
+
+
+def policy(cost: CostModel, alpha: float, **kw: object) -> GoodputPolicy:
+    return GoodputPolicy(cost, accept_length(alpha, CHAIN3), shapes=DEFAULT_SHAPE_GRID, **kw)  # type: ignore[arg-type]
+
+
+def sample(rng: random.Random, alpha: float, shape: DraftShape, n: int) -> tuple[int, ...]:
+    """n verifies' accept lengths (incl. the bonus) of `shape` at per-token rate alpha."""
+    probs = depth_accept_probs(alpha, shape)
+    out = []
+    for _ in range(n):
+        k = 1
+        for p in probs:
+            if rng.random() >= p:
+                break
+            k += 1
+        out.append(k)
+    return tuple(out)
+
+
+class Driver:
+    """Plays the machine for a policy: tracks mode and shape, applies its events."""
+
+    def __init__(self, p: GoodputPolicy, mode: Mode = Mode.SPECULATING) -> None:
+        self.p, self.mode, self.shape = p, mode, p.launch_shape
+        self.events: list[tuple[int, Event, DraftShape | None]] = []
+        self.rng = random.Random(7)
+
+    def run(self, start: int, n: int, bs: int, alpha: float, **obs: object) -> None:
+        for it in range(start, start + n):
+            lens = sample(self.rng, alpha, self.shape, bs) if self.mode is Mode.SPECULATING else ()
+            o = Observation(
+                iteration=it,
+                decode_bs=bs,
+                accept_lens=lens,
+                accept_shape=self.shape if lens else None,
+                shape=self.shape,
+                **obs,  # type: ignore[arg-type]
+            )
+            ev = self.p.decide(self.mode, o)
+            if ev is Event.RESHAPE:
+                assert self.p.next_shape is not None and self.p.next_shape != self.shape
+                self.shape = self.p.next_shape
+            elif ev is Event.LOAD_HIGH:
+                self.mode = Mode.PLAIN
+            elif ev is Event.LOAD_LOW:
+                self.mode = Mode.SPECULATING
+            if ev is not None:
+                self.events.append((it, ev, self.shape))
+
+
+def table_best(cost: CostModel, alpha: float, bs: int) -> DraftShape | None:
+    t = shape_table(cost, alpha, DEFAULT_SHAPE_GRID, batch_sizes=[bs])
+    return t.rows[0].best
+
+
+@pytest.mark.parametrize("bs", [1, 4, 64])
+def test_picks_the_shape_the_cost_table_implies(cost: CostModel, bs: int) -> None:
+    """best() at the prior and the shape a run settles on are the table's best at small and
+    mid batch sizes (the tree at bs 1, chains of 2 and 1 above it on the in-engine table)."""
+    want = table_best(cost, 0.7, bs)
+    assert want is not None
+    p = policy(cost, 0.7)
+    assert p.best(bs) == want
+    d = Driver(policy(cost, 0.7))
+    d.run(0, 400, bs, 0.7)
+    assert d.mode is Mode.SPECULATING and d.shape == want
+    assert table_best(cost, 0.7, 1) == TREE and table_best(cost, 0.7, 64) == CHAIN1
+
+
+def test_plain_at_very_large_bs(cost: CostModel) -> None:
+    """At bs 256 PLAIN pays (zero-tax): best() is None and the policy leaves SPECULATING."""
+    p = policy(cost, 0.7)
+    assert p.best(256) is None and table_best(cost, 0.7, 256) is None
+    d = Driver(p)
+    d.run(0, 50, 256, 0.7)
+    assert d.mode is Mode.PLAIN
+    assert [e for _, e, _ in d.events].count(Event.LOAD_HIGH) == 1
+
+
+def test_no_flapping_on_a_noisy_accept_stream(cost: CostModel) -> None:
+    """Sampled accept lengths at batch sizes where shapes are near-equal: at most one shape or
+    mode change per 100 iterations, and none after the first choice at a steady load."""
+    for bs in (2, 8, 24):
+        d = Driver(policy(cost, 0.7))
+        d.run(0, 3000, bs, 0.7)
+        assert len(d.events) <= 30, (bs, d.events)
+        late = [e for e in d.events if e[0] > 300]
+        assert len(late) <= 3, (bs, late)
+
+
+def test_depth_learning_moves_the_choice_when_acceptance_drops(cost: CostModel) -> None:
+    """alpha 0.9 settles on a long chain at bs 4; when acceptance drops to 0.45 the learned
+    depths move the choice to a short chain."""
+    d = Driver(policy(cost, 0.9))
+    d.run(0, 600, 4, 0.9)
+    long_shape = d.shape
+    assert long_shape.is_chain and long_shape.steps >= 3
+    d.run(600, 1500, 4, 0.45)
+    assert d.shape.is_chain and d.shape.steps < long_shape.steps
+    assert d.shape == table_best(cost, 0.45, 4) or d.mode is Mode.PLAIN
+
+
+def test_per_depth_counts_and_unseen_depths() -> None:
+    """A chain-of-3 verify of n drafts hits depths 1..n and misses n+1; a chain of 7 never run
+    is predicted from the alpha fitted to the counted depths."""
+    d = DepthAcceptance(0.5, ema_alpha=1e-9, min_window=0)
+    d.observe(CHAIN3, (1, 2, 4, 3))  # accepted drafts 0, 1, 3, 2
+    assert d.trials(1, 1) == pytest.approx(4) and d.trials(1, 2) == pytest.approx(3)
+    assert d.trials(1, 3) == pytest.approx(2) and d.trials(1, 4) == 0.0
+    rng = random.Random(1)
+    d = DepthAcceptance(0.5, ema_alpha=1e-4, min_window=0)
+    for _ in range(200):
+        d.observe(CHAIN1, sample(rng, 0.8, CHAIN1, 32))
+    assert d.alpha_fit() == pytest.approx(0.8, abs=0.02)
+    assert d.accept_length(CHAIN7) == pytest.approx(accept_length(0.8, CHAIN7), rel=0.05)
+    assert d.accept_length(TREE) == pytest.approx(accept_length(0.8, TREE), rel=0.05)
+
+
+def test_calibration_converges_to_a_scaled_table(cost: CostModel) -> None:
+    """Fitted on the table, fed step_ms from 1.5x it: after 20 steps the predictions of the
+    measured shape, of PLAIN and of a shape never measured are within 2% of 1.5x."""
+    p = policy(cost, 0.7)
+    bs, it = 32, 0
+    for kind, shape, ms in (
+        ("spec", CHAIN3, cost.spec_ms(bs, CHAIN3)),
+        ("plain", None, cost.zero_tax_ms(bs)),
+    ):
+        for _ in range(20):
+            o = Observation(
+                iteration=it,
+                decode_bs=bs,
+                step_ms=1.5 * ms,
+                step_bs=bs,
+                step_shape=shape,
+                step_kind=kind,
+                shape=CHAIN3,
+            )
+            p.decide(Mode.SPECULATING if shape else Mode.PLAIN, o)
+            it += 1
+    assert p.predicted_ms(bs, CHAIN3) == pytest.approx(1.5 * cost.spec_ms(bs, CHAIN3), rel=0.02)
+    assert p.predicted_ms(bs, None) == pytest.approx(1.5 * cost.zero_tax_ms(bs), rel=0.02)
+    assert p.predicted_ms(bs, CHAIN7) == pytest.approx(1.5 * cost.spec_ms(bs, CHAIN7), rel=0.02)
+    # a neighbouring batch size reads the same factor (flat past the one measured bucket)
+    assert p.predicted_ms(16, CHAIN3) == pytest.approx(1.5 * cost.spec_ms(16, CHAIN3), rel=0.02)
+
+
+def test_calibration_invalidates_only_when_a_factor_moves() -> None:
+    """StepCalibration's version (the policy's cost-cache key) moves on a new key or a > 1%
+    change, not on repeated equal measurements; bs interpolates in log2 between buckets."""
+    c = StepCalibration()
+    c.observe("spec", CHAIN3, 8, 1.2)
+    v = c.version
+    for _ in range(50):
+        c.observe("spec", CHAIN3, 8, 1.2)
+    assert c.version == v
+    c.observe("spec", CHAIN3, 8, 1.5)
+    assert c.version > v
+    c2 = StepCalibration(ema=1.0)
+    c2.observe("spec", CHAIN3, 4, 1.0)
+    c2.observe("spec", CHAIN3, 16, 2.0)
+    assert c2.factor("spec", CHAIN3, 8) == pytest.approx(1.5)
+    assert c2.factor("spec", CHAIN7, 8) == pytest.approx(1.5)  # unmeasured: smallest measured
+    assert c2.factor("plain", None, 8) == 1.0  # PLAIN never measured: the prior
+
+
+def test_profile_overrides_the_prior_where_it_has_rows(cost: CostModel) -> None:
+    """A profile's (model, q, ctx) series replace the shipped table's; the rest stays."""
+    triton = load_table("h200_sglang0517_llama8b_triton")
+    rows = "\n".join(f"{m},{b},{q},{c},{ms}" for m, b, q, c, ms in triton.rows if m == "llama8b")
+    prof = parse_table("model,bs,q,ctx,ms_per_step\n" + rows, "profile")
+    p = GoodputPolicy(cost, 2.5, shapes=(CHAIN1, CHAIN3), profile=prof)
+    want = CostModel(overlay_table(cost.table, prof), CHAIN3)
+    assert p.predicted_ms(64, CHAIN3) == pytest.approx(want.spec_ms(64, CHAIN3))
+    assert want.target_ms(64, 4) == pytest.approx(triton.ms("llama8b", 64, 4, 1024))
+    assert want.draft_ms(64, 1) == pytest.approx(cost.draft_ms(64, 1))  # not in the profile
+    assert p.describe()["profile"] == "profile"
+
+
+def test_resumes_at_the_machine_shape_then_reshapes_quickly(cost: CostModel) -> None:
+    """From PLAIN, LOAD_LOW (the machine resumes at its shape, here chain7); the RESHAPE to
+    the best shape follows after `debounce` iterations, not after the shape dwell."""
+    p = policy(cost, 0.7, min_dwell=0)
+    d = Driver(p, Mode.PLAIN)
+    d.shape = CHAIN7
+    d.run(0, 40, 8, 0.7)
+    kinds = [e for _, e, _ in d.events]
+    assert kinds[:2] == [Event.LOAD_LOW, Event.RESHAPE], d.events
+    assert d.events[1][0] - d.events[0][0] <= p.debounce + 1
+    assert d.shape == p.best(8)
+
+
+def test_catch_up_check_kept_with_shapes(cost: CostModel) -> None:
+    """Zero-tax PLAIN after 128 iterations (lag 128 tokens a request): with a horizon of one
+    iteration the saving never pays for the catch-up (no LOAD_LOW); with the default it does."""
+    short = Driver(policy(cost, 0.7, horizon=1, min_dwell=128), Mode.PLAIN)
+    short.run(0, 100, 8, 0.7)
+    assert short.events == []
+    default = Driver(policy(cost, 0.7, min_dwell=128), Mode.PLAIN)
+    default.run(0, 100, 8, 0.7)
+    assert default.events and default.events[0][1] is Event.LOAD_LOW
+
+
+def test_reshape_through_the_real_machine(cost: CostModel) -> None:
+    """The machine applies the policy's RESHAPE: its shape becomes next_shape, no faults."""
+    p = policy(cost, 0.7)
+    fsm = SpecFSM(p, shapes=p.shapes, shape=CHAIN3)
+    rng = random.Random(3)
+    for it in range(20):
+        shape = fsm.shape
+        assert shape is not None
+        lens = sample(rng, 0.7, shape, 4)
+        fsm.step(Observation(iteration=it, decode_bs=4, accept_lens=lens, accept_shape=shape,
+                             shape=shape))  # fmt: skip
+    assert fsm.mode is Mode.SPECULATING and fsm.shape == p.best(4) != CHAIN3
+    assert fsm.policy_faults == 0
+
+
+def test_registry_parses_shapes() -> None:
+    """The goodput entry takes ``shapes`` as a list, a string, or the shorthand's brackets;
+    a bad shape is refused with the key."""
+    spec = {"name": "goodput", "shape": "chain3", "accept_len": 2.5, "table": FIT}
+    p = make_policy({**spec, "shapes": ["chain1", "chain5", [4, 2, 16]]})
+    assert isinstance(p, GoodputPolicy)
+    assert p.shapes == (CHAIN3, CHAIN1, DraftShape.chain(5), TREE)  # the launch shape added
+    p2 = make_policy(
+        parse_spec(f"goodput:shape=chain3,accept_len=2.5,table={FIT},shapes=[chain1,[4,2,16]]")
+    )
+    assert isinstance(p2, GoodputPolicy) and p2.shapes == (CHAIN3, CHAIN1, TREE)
+    p3 = make_policy({**spec, "shapes": "chain1,chain3,4,3,8", "calibrate": False})
+    assert isinstance(p3, GoodputPolicy) and p3.calibration is None
+    assert p3.describe()["shapes"] == ["chain1", "chain3", "4,3,8"]
+    with pytest.raises(PolicySpecError, match="shapes"):
+        make_policy({**spec, "shapes": "chain1,4,2"})
+    with pytest.raises(PolicySpecError, match="calibrate"):
+        make_policy({**spec, "calibrate": "yes"})
+    assert parse_shape_list("chain1 chain2;4,2,16") == (CHAIN1, DraftShape.chain(2), TREE)
+
+
+def run_tune(capsys: pytest.CaptureFixture[str], args: Sequence[str]) -> str:
+    from specfsm.cli.tune import main
+
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_tune_prints_the_shape_table_and_flags_interpolated_shapes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`specfsm tune --shapes`: a row per bs (best shape or PLAIN, tok/s, ratio to the best
+    single static choice); shapes whose verify width the table lacks carry "*" and a line."""
+    shapes = "chain1,chain2,chain3,chain5,chain7,4,2,16"
+    out = run_tune(capsys, ["--table", FIT, "--alpha", "0.7", "--shapes", shapes])
+    table = out[out.index("shape table") :]
+    assert "chain5 INTERPOLATED: verify q=6 not measured" in table
+    assert "chain3 INTERPOLATED" not in table and "4,2,16 INTERPOLATED" not in table
+    rows = [ln.split() for ln in table.splitlines()[2:18]]
+    assert [int(r[0]) for r in rows][:2] == [1, 2] and rows[-1][0] == "256"
+    assert rows[0][1] == "4,2,16" and rows[1][1] == "chain2*" and rows[-1][1] == "PLAIN"
+    assert all(float(r[3]) >= 1.0 for r in rows)
+    js = json.loads(run_tune(capsys, ["--table", FIT, "--alpha", "0.7", "--shapes", shapes,
+                                      "--json"]))["shape_table"]  # fmt: skip
+    assert js["interpolated"]["chain7"] and "chain3" not in js["interpolated"]
+    assert js["rows"][1]["best"] == "chain2" and js["rows"][1]["interpolated"] is True
