@@ -70,9 +70,7 @@ def test_goodput_from_args() -> None:
     assert isinstance(p, GoodputPolicy) and p.plain == "zero_tax" and p.margin == 0.05
     assert p.min_dwell == 8 and p.cost.shape == DraftShape.chain(3)
     assert p.cost.table.source == SHARED_REF and p.prior_accept_len == 2.5
-    t = goodput_from_args(
-        {"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "warm"}
-    )
+    t = goodput_from_args({"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "warm"})
     assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "warm"
     assert goodput_from_args({"shape": "chain3", "accept_len": 2, "plain": "zero-tax"}).plain == (
         "zero_tax"
@@ -285,3 +283,28 @@ def test_leaving_zero_tax_plain_waits_for_the_catch_up_to_pay(cost: CostModel) -
     assert leaves(GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1))
     warm = GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1, horizon=1, plain="warm")
     assert cost.spec_tps(bs, ACC) > cost.off_tps(bs, "warm") and leaves(warm)
+
+
+def test_without_shapes_it_is_the_on_off_policy(cost: CostModel) -> None:
+    """shapes=() never RESHAPEs; with shapes the launch shape is always a candidate."""
+    p = GoodputPolicy(cost, ACC)
+    assert p.shapes == () and p.best(1) == cost.shape
+    events = {drive(p, Mode.SPECULATING, bs, 40) for bs in (1, 8, 300)}
+    assert all(e is None or e[1] is not Event.RESHAPE for e in events)
+    q = GoodputPolicy(cost, ACC, shapes=(DraftShape.chain(1),))
+    assert q.shapes == (cost.shape, DraftShape.chain(1))
+    assert q.best(1000) is None
+
+
+def test_step_times_calibrate_the_on_off_prediction(cost: CostModel) -> None:
+    """Steps measured at 2x the table move on/off predictions 2x (not with calibrate=False)."""
+    for calibrate, factor in ((True, 2.0), (False, 1.0)):
+        p = GoodputPolicy(cost, ACC, calibrate=calibrate)
+        for i in range(10):
+            p.decide(
+                Mode.SPECULATING,
+                Observation(iteration=i, decode_bs=16, step_ms=2.0 * cost.spec_ms(16),
+                            step_bs=16, step_shape=cost.shape, step_kind="spec"),
+            )  # fmt: skip
+        spec_tps = p.predict(16)[1]
+        assert spec_tps == pytest.approx(16000 * ACC / (factor * cost.spec_ms(16)), rel=0.01)

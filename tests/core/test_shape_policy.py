@@ -91,8 +91,7 @@ def table_best(cost: CostModel, alpha: float, bs: int) -> DraftShape | None:
 
 @pytest.mark.parametrize("bs", [1, 4, 64])
 def test_picks_the_shape_the_cost_table_implies(cost: CostModel, bs: int) -> None:
-    """best() at the prior and the shape a run settles on are the table's best at small and
-    mid batch sizes (the tree at bs 1, chains of 2 and 1 above it on the in-engine table)."""
+    """best() and the shape a run settles on are the table's best (tree, chain2, chain1)."""
     want = table_best(cost, 0.7, bs)
     assert want is not None
     p = policy(cost, 0.7)
@@ -104,7 +103,7 @@ def test_picks_the_shape_the_cost_table_implies(cost: CostModel, bs: int) -> Non
 
 
 def test_plain_at_very_large_bs(cost: CostModel) -> None:
-    """At bs 256 PLAIN pays (zero-tax): best() is None and the policy leaves SPECULATING."""
+    """At bs 256 zero-tax PLAIN pays: best() is None and the policy leaves SPECULATING."""
     p = policy(cost, 0.7)
     assert p.best(256) is None and table_best(cost, 0.7, 256) is None
     d = Driver(p)
@@ -114,8 +113,7 @@ def test_plain_at_very_large_bs(cost: CostModel) -> None:
 
 
 def test_no_flapping_on_a_noisy_accept_stream(cost: CostModel) -> None:
-    """Sampled accept lengths at batch sizes where shapes are near-equal: at most one shape or
-    mode change per 100 iterations, and none after the first choice at a steady load."""
+    """Sampled accept lengths: <= 1 change per 100 iterations, <= 3 after the first 300."""
     for bs in (2, 8, 24):
         d = Driver(policy(cost, 0.7))
         d.run(0, 3000, bs, 0.7)
@@ -125,8 +123,7 @@ def test_no_flapping_on_a_noisy_accept_stream(cost: CostModel) -> None:
 
 
 def test_depth_learning_moves_the_choice_when_acceptance_drops(cost: CostModel) -> None:
-    """alpha 0.9 settles on a long chain at bs 4; when acceptance drops to 0.45 the learned
-    depths move the choice to a short chain."""
+    """A long chain at alpha 0.9 gives way to a shorter one when alpha drops to 0.45."""
     d = Driver(policy(cost, 0.9))
     d.run(0, 600, 4, 0.9)
     long_shape = d.shape
@@ -137,8 +134,7 @@ def test_depth_learning_moves_the_choice_when_acceptance_drops(cost: CostModel) 
 
 
 def test_per_depth_counts_and_unseen_depths() -> None:
-    """A chain-of-3 verify of n drafts hits depths 1..n and misses n+1; a chain of 7 never run
-    is predicted from the alpha fitted to the counted depths."""
+    """n accepted drafts hit depths 1..n, miss n+1; unseen depths follow the fitted alpha."""
     d = DepthAcceptance(0.5, ema_alpha=1e-9, min_window=0)
     d.observe(CHAIN3, (1, 2, 4, 3))  # accepted drafts 0, 1, 3, 2
     assert d.trials(1, 1) == pytest.approx(4) and d.trials(1, 2) == pytest.approx(3)
@@ -153,8 +149,7 @@ def test_per_depth_counts_and_unseen_depths() -> None:
 
 
 def test_calibration_converges_to_a_scaled_table(cost: CostModel) -> None:
-    """Fitted on the table, fed step_ms from 1.5x it: after 20 steps the predictions of the
-    measured shape, of PLAIN and of a shape never measured are within 2% of 1.5x."""
+    """Fed step_ms from 1.5x the fit table, predictions are within 2% of 1.5x in 20 steps."""
     p = policy(cost, 0.7)
     bs, it = 32, 0
     for kind, shape, ms in (
@@ -181,8 +176,7 @@ def test_calibration_converges_to_a_scaled_table(cost: CostModel) -> None:
 
 
 def test_calibration_invalidates_only_when_a_factor_moves() -> None:
-    """StepCalibration's version (the policy's cost-cache key) moves on a new key or a > 1%
-    change, not on repeated equal measurements; bs interpolates in log2 between buckets."""
+    """The cache version moves only on a > 1% change; bs interpolates in log2 buckets."""
     c = StepCalibration()
     c.observe("spec", CHAIN3, 8, 1.2)
     v = c.version
@@ -213,8 +207,7 @@ def test_profile_overrides_the_prior_where_it_has_rows(cost: CostModel) -> None:
 
 
 def test_resumes_at_the_machine_shape_then_reshapes_quickly(cost: CostModel) -> None:
-    """From PLAIN, LOAD_LOW (the machine resumes at its shape, here chain7); the RESHAPE to
-    the best shape follows after `debounce` iterations, not after the shape dwell."""
+    """After LOAD_LOW (resuming at chain7) the RESHAPE follows within debounce iterations."""
     p = policy(cost, 0.7, min_dwell=0)
     d = Driver(p, Mode.PLAIN)
     d.shape = CHAIN7
@@ -226,8 +219,7 @@ def test_resumes_at_the_machine_shape_then_reshapes_quickly(cost: CostModel) -> 
 
 
 def test_catch_up_check_kept_with_shapes(cost: CostModel) -> None:
-    """Zero-tax PLAIN after 128 iterations (lag 128 tokens a request): with a horizon of one
-    iteration the saving never pays for the catch-up (no LOAD_LOW); with the default it does."""
+    """With a 1-iteration horizon the catch-up never pays (no LOAD_LOW); the default does."""
     short = Driver(policy(cost, 0.7, horizon=1, min_dwell=128), Mode.PLAIN)
     short.run(0, 100, 8, 0.7)
     assert short.events == []
@@ -237,7 +229,7 @@ def test_catch_up_check_kept_with_shapes(cost: CostModel) -> None:
 
 
 def test_reshape_through_the_real_machine(cost: CostModel) -> None:
-    """The machine applies the policy's RESHAPE: its shape becomes next_shape, no faults."""
+    """The real machine applies the policy's RESHAPE to next_shape, without faults."""
     p = policy(cost, 0.7)
     fsm = SpecFSM(p, shapes=p.shapes, shape=CHAIN3)
     rng = random.Random(3)
@@ -252,8 +244,7 @@ def test_reshape_through_the_real_machine(cost: CostModel) -> None:
 
 
 def test_registry_parses_shapes() -> None:
-    """The goodput entry takes ``shapes`` as a list, a string, or the shorthand's brackets;
-    a bad shape is refused with the key."""
+    """The goodput entry parses shapes (list, string, shorthand) and refuses bad ones."""
     spec = {"name": "goodput", "shape": "chain3", "accept_len": 2.5, "table": FIT}
     p = make_policy({**spec, "shapes": ["chain1", "chain5", [4, 2, 16]]})
     assert isinstance(p, GoodputPolicy)
@@ -282,8 +273,7 @@ def run_tune(capsys: pytest.CaptureFixture[str], args: Sequence[str]) -> str:
 def test_tune_prints_the_shape_table_and_flags_interpolated_shapes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """`specfsm tune --shapes`: a row per bs (best shape or PLAIN, tok/s, ratio to the best
-    single static choice); shapes whose verify width the table lacks carry "*" and a line."""
+    """`specfsm tune --shapes` prints a row per bs and flags interpolated shapes with "*"."""
     shapes = "chain1,chain2,chain3,chain5,chain7,4,2,16"
     out = run_tune(capsys, ["--table", FIT, "--alpha", "0.7", "--shapes", shapes])
     table = out[out.index("shape table") :]
