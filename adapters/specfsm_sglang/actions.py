@@ -5,7 +5,9 @@ What each mode owns in SGLang 0.5.23 (see docs/sglang.md):
   verify graph/backend, draft-extend backend for `speculative_num_steps` / `num_draft_tokens` =
   K): the launch shape's built by SGLang at start-up, every other configured shape's (config
   ``shapes``) built by specfsm at start-up with SGLang's `build_adaptive_runtime_state`. A
-  RESHAPE (SPECULATING -> SPECULATING) attaches another shape's state and nothing else.
+  RESHAPE (SPECULATING -> SPECULATING) attaches another shape's state and nothing else; a shape
+  of a narrower top-k than the server's (a chain under a tree server) also sets both workers'
+  ``topk`` to its own (`specfsm_sglang.relay`: the relayed draft input stays server-wide).
 - DRAINING, PLAIN and RESYNCING attach the 1-wide runtime state (steps=0, one verify token,
   built by `EAGLEWorkerV2.build_adaptive_runtime_state(0, 1)` at start-up): one target token
   per request, no draft step.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from specfsm import TransitionInfo
+from specfsm_sglang import relay
 
 
 class SGLangModeActions:
@@ -48,14 +51,21 @@ class SGLangModeActions:
         """
         w = self.worker
         dw = w._draft_worker
+        topk_of = getattr(self.ctl, "topk_of", None)
+        topk = int(topk_of(state)) if topk_of is not None else int(w.topk)
         if (
-            w.speculative_num_steps == state.speculative_num_steps
+            w.topk == topk
+            and dw.topk == topk
+            and w.speculative_num_steps == state.speculative_num_steps
             and w.speculative_num_draft_tokens == state.speculative_num_draft_tokens
             and dw.speculative_num_steps == state.speculative_num_steps
             and dw.draft_attn_backend is state.draft_attn_backend
             and w._target_worker.model_runner.attn_backend is state.target_attn_backend
         ):
             return
+        # the state's top-k first: apply_runtime_state rebuilds the draft worker's topk=1 chain
+        # buffers for the new steps (specfsm_sglang.relay: a chain under a tree server)
+        relay.set_topk(w, topk)
         w.speculative_num_steps = -1  # defeat the early return: apply every field
         w.apply_runtime_state(state)
 

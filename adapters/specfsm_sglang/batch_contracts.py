@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from specfsm import Contracts, Mode
 from specfsm.fsm.contracts import Violation, describe
-from specfsm_sglang import compat
+from specfsm_sglang import compat, relay
 
 if TYPE_CHECKING:
     from specfsm_sglang.controller import Controller
@@ -60,9 +60,13 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
                 return Violation(
                     f"batch.spec_info.{field}", f"rows == batch size ({n})", describe(value)
                 )
+            # the relay width is the server's top-k whatever shape drafts next (a narrower
+            # shape reads its first k columns, specfsm_sglang.relay)
             if field in topk_fields and (len(shape) < 2 or shape[1] != ctl.topk):
                 return Violation(
-                    f"batch.spec_info.{field}", f"[bs, topk={ctl.topk}]", describe(value)
+                    f"batch.spec_info.{field}",
+                    f"[bs, topk={ctl.topk}] (the server's top-k: the relay width)",
+                    describe(value),
                 )
         return None
 
@@ -99,6 +103,16 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
                         type(tmr.attn_backend).__name__ + " of another state",
                     )
             dw = w._draft_worker
+            want_topk = ctl.topk
+            if want_steps is None and ctl.fsm.shape is not None:
+                want_topk = ctl.fsm.shape.topk
+            got_topk = (w.topk, dw.topk, relay.spec_topk())
+            if got_topk != (want_topk,) * 3:
+                return Violation(
+                    "(worker topk, draft worker topk, get_spec().speculative_eagle_topk)",
+                    f"{(want_topk,) * 3} (the attached state's)",
+                    str(got_topk),
+                )
             if (dw.speculative_num_steps, dw.speculative_num_draft_tokens) != got:
                 return Violation(
                     "draft worker width",

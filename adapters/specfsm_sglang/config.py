@@ -42,8 +42,9 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     launch shape, e.g. ["chain1", "chain2", "chain5", "chain7"]: each gets a
                     runtime state (draft/verify/draft-extend backends and CUDA graphs) built at
                     start-up, its memory logged; start-up is refused with the reason when one
-                    does not fit. Every shape must have the server's top-k (chains with a chain
-                    server, trees of the same top-k with a tree server). Default []: only the
+                    does not fit. No shape may have a wider top-k than the server's: launch
+                    with the widest (a tree server may list chains and narrower trees; a chain
+                    server only chains). Default []: only the
                     launch shape. A goodput policy's "shapes" must be among them (or, when this
                     key is absent, become them)
 
@@ -237,22 +238,24 @@ def engine_shapes(cfg: Config, launch: DraftShape) -> list[DraftShape]:
 
 
 def check_engine_shapes(cfg: Config, shape: tuple[int, int, int | None]) -> None:
-    """Refuse shapes the engine cannot switch to: another top-k than the server's (SGLang's
-    FutureMap relay and attention backends are built for one top-k), or a policy shape
-    the engine builds no state for."""
+    """Refuse shapes the engine cannot switch to: a wider top-k than the server's (the relay,
+    FutureMap buffers and KV reservation are the server's width; a narrower shape drafts from
+    the relay's first columns, `specfsm_sglang.relay`), or a policy shape the engine builds no
+    state for."""
     topk, steps, tokens = shape
     if steps <= 0:
         return
     launch = DraftShape(topk, steps, tokens if tokens is not None else steps + 1)
     built = engine_shapes(cfg, launch)
     for s in built[1:]:
-        if s.topk != topk:
+        if s.topk > topk:
             raise ConfigError(
                 "shapes",
                 f"{s.label()} has top-k {s.topk} but the server drafts with top-k {topk} "
-                f"({shape_label(topk, steps, tokens)}): SGLang's FutureMap relay and attention "
-                "backends are built for one top-k, so every shape must share it (chains with a "
-                "chain server, trees of the same top-k with a tree server)",
+                f"({shape_label(topk, steps, tokens)}): the draft input relayed between "
+                "forwards (and overlap's FutureMap buffers) and the scheduler's KV reservation "
+                "per decode step are sized for the server's top-k, so no shape may be wider: "
+                "launch with the widest top-k (e.g. the tree) and list the narrower shapes",
             )
     for s in policy_shapes(cfg.policy):
         if s not in built:

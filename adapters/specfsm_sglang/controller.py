@@ -44,7 +44,7 @@ from specfsm import (
     json_logger,
 )
 from specfsm.model.acceptance import DraftShape
-from specfsm_sglang import compat, config
+from specfsm_sglang import compat, config, relay
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 from specfsm_sglang.config import Config, ConfigError, make_policy
@@ -154,8 +154,18 @@ class Controller:
         self.shape_states: dict[DraftShape, Any] = {self.launch_shape: self.spec_state}
         #: per shape: build seconds and device bytes (0 on CPU), for the config log line
         self.shape_builds: dict[str, dict[str, float]] = {}
-        for shape in config.engine_shapes(cfg, self.launch_shape)[1:]:
+        shapes = config.engine_shapes(cfg, self.launch_shape)[1:]
+        if any(s.topk != self.topk for s in shapes) and (miss := relay.missing_methods(worker)):
+            raise ConfigError(
+                "shapes",
+                f"shapes of another top-k than the server's need the draft worker's {miss}, "
+                f"which this SGLang ({compat.sglang_version()}) lacks",
+            )
+        for shape in shapes:
             self.shape_states[shape] = self._build_shape_state(shape)
+        if any(s.topk != self.topk for s in shapes):
+            # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
+            relay.install(worker, self.topk)
 
         # per-iteration bookkeeping read by the actions and the completion events
         self.inflight_wide = 0
@@ -279,11 +289,12 @@ class Controller:
         free0 = torch.cuda.mem_get_info()[0] if cuda else 0
         t0 = time.perf_counter()
         try:
-            state = self.worker.build_adaptive_runtime_state(
-                speculative_num_steps=shape.steps,
-                speculative_num_draft_tokens=shape.draft_tokens,
-                cuda_graph_bs=_graph_bs(),
-            )
+            with relay.build_topk(self.worker, shape.topk, self.topk):
+                state = self.worker.build_adaptive_runtime_state(
+                    speculative_num_steps=shape.steps,
+                    speculative_num_draft_tokens=shape.draft_tokens,
+                    cuda_graph_bs=_graph_bs(),
+                )
         except torch.OutOfMemoryError as exc:
             raise ConfigError(
                 "shapes",
@@ -297,6 +308,14 @@ class Controller:
             "device_mib": round(used / 2**20, 1),
         }
         return state
+
+    def topk_of(self, state: Any) -> int:
+        """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
+        launch and the 1-wide states)."""
+        for shape, st in self.shape_states.items():
+            if st is state:
+                return shape.topk
+        return self.topk
 
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the

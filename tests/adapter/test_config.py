@@ -251,8 +251,9 @@ def test_shapes_parsed_and_refused_in_one_line() -> None:
         Config.from_mapping({"shapes": "chain1"})
 
 
-def test_engine_shapes_share_the_launch_topk() -> None:
-    """Every extra shape must have the server's top-k; the launch shape always comes first."""
+def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
+    """No extra shape may be wider (top-k) than the server's; narrower ones (chains under a
+    tree server) are accepted; the launch shape always comes first."""
     from specfsm_sglang.config import check_engine_shapes, engine_shapes
 
     cfg = Config.from_mapping({"shapes": ["chain1", "chain3", "chain5"]})
@@ -262,6 +263,9 @@ def test_engine_shapes_share_the_launch_topk() -> None:
         DraftShape.chain(5),
     ]
     check_engine_shapes(cfg, (1, 3, 4))
-    with pytest.raises(ConfigError, match="top-k 1 but the server drafts with top-k 4"):
-        check_engine_shapes(cfg, (4, 2, 8))
-    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8))
+    check_engine_shapes(cfg, (4, 2, 8))  # chains under a tree server: narrower, accepted
+    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8", "chain3"]}), (4, 2, 8))
+    with pytest.raises(ConfigError, match="top-k 4 but the server drafts with top-k 1"):
+        check_engine_shapes(Config.from_mapping({"shapes": ["4,2,8"]}), (1, 3, 4))
+    with pytest.raises(ConfigError, match="launch with the widest top-k"):
+        check_engine_shapes(Config.from_mapping({"shapes": ["8,2,8"]}), (4, 2, 8))

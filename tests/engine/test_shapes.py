@@ -1,6 +1,7 @@
-"""Shape changes inside SPECULATING (RESHAPE) in the real SGLang engine on CPU: chain <-> chain
-and tree <-> tree of the launch top-k, to PLAIN and back, overlap on and off; greedy outputs
-token-identical to no speculation, no KV slot leaked, contracts checked on every forward."""
+"""Shape changes inside SPECULATING (RESHAPE) in the real SGLang engine on CPU: chain <-> chain,
+tree <-> tree of the launch top-k and tree <-> chain on a tree server, to PLAIN and back,
+overlap on and off; greedy outputs token-identical to no speculation, no KV slot leaked,
+contracts checked on every forward."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "tree-sync": {
         "engine": {"tree": True, "overlap": False},
         "shapes": ["4,1,4", "4,3,8"],
+        "launch": "4,2,8",
+    },
+    # tree <-> chain on one tree server (top-k 4): chain1 -> chain3 -> PLAIN -> 4,3,8 -> chain3
+    # -> 4,2,8 -> chain1 ...; the relay stays 4 wide, a chain drafts from its first column
+    "tree-chain-overlap": {
+        "engine": {"tree": True, "overlap": True},
+        "shapes": ["chain1", "4,3,8", "chain3"],
+        "launch": "4,2,8",
+    },
+    "tree-chain-sync": {
+        "engine": {"tree": True, "overlap": False},
+        "shapes": ["chain1", "4,3,8", "chain3"],
         "launch": "4,2,8",
     },
 }
@@ -103,3 +116,30 @@ def test_arrivals_aborts_while_reshaping_no_leak(eng: Any, reference: Any) -> No
         time.sleep(0.5)
     c = F.counters(eng.test_dir)
     assert c["idle_checks"] > n0 and not c["failed"]
+
+
+def _accept_length(test_dir: Any, tree: bool, shapes: list[str], target: str) -> float:
+    """Mean accept length (tokens per K-wide verify) of a server pinned to `target`, on the
+    agreeing bigram target with its ~0.6-accepting EAGLE draft (models.py)."""
+    e = F.make_fsm_engine(test_dir, config={"shapes": shapes}, spec="EAGLE", agree="mid", tree=tree)
+    try:
+        F.set_policy(test_dir, {"name": CYCLE, "targets": [target], "every": 10**6})
+        prompts = E.default_prompts(6, seed=5)
+        E.generate(e, prompts, 4)  # the RESHAPE to `target` happens here
+        out = E.generate(e, prompts, 40)
+        assert not F.counters(test_dir, wait_s=5)["failed"]
+    finally:
+        e.shutdown()
+    tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
+    return tokens / sum(o["meta_info"]["spec_verify_ct"] for o in out)
+
+
+def test_chain_on_a_tree_server_drafts_as_a_chain_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A chain drafting from the tree server's 4-wide relay (its first column) proposes what a
+    chain server proposes: the same accept length, not only the same (verified) output."""
+    on_tree = _accept_length(tmp_path_factory.mktemp("on-tree"), True, ["chain3"], "chain3")
+    on_chain = _accept_length(tmp_path_factory.mktemp("on-chain"), False, [], "chain3")
+    assert on_tree == pytest.approx(on_chain), (on_tree, on_chain)
+    assert on_chain > 1.5  # the draft is accepted at all: the comparison means something
