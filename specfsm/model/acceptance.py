@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import attrs
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class DraftShape:
     """EAGLE draft shape: topk candidates per step, num_steps draft steps, num_draft_tokens."""
 

@@ -71,12 +71,15 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   `shape_dwell` iterations passed since the last RESHAPE. The first RESHAPE after entering
   SPECULATING (the machine resumes at its current shape; the choice was made in PLAIN, and
   needs no standard-error term) waits only `debounce` iterations; leaving a shape that was
-  tried before it was ever measured (it measured no better) one iteration, and leaving a
-  SPECULATING entered for such a shape no `min_dwell`. In PLAIN: LOAD_LOW when the
-  best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the catch-up check above for
-  that shape). The first mode the policy sees was not chosen by it: no dwell and no debounce
-  there (the prior decides at once: a tree launched at bs 256 leaves at once). The
-  current shape is Observation.shape (the machine's) when given, else the policy's record.
+  tried before it was ever measured (it measured no better) one iteration; leaving a
+  SPECULATING entered for such a shape, or a PLAIN entered before PLAIN was ever measured,
+  needs no debounce or dwell. While no speculative step was measured, PLAIN prices the
+  shapes optimistically (the calibration's `probe_discount`): one probe of speculation. In
+  PLAIN: LOAD_LOW when the best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the
+  catch-up check above for that shape). The first mode the policy sees was not chosen by it:
+  no dwell and no debounce there (the prior decides at once: a tree launched at bs 256 leaves
+  at once). The current shape is Observation.shape (the machine's) when given, else the
+  policy's record.
 * `best(bs, ctx)`: the shape (None: PLAIN) with the highest predicted goodput now.
 
 Without ``shapes`` the policy is the on/off policy above (the launch shape only, the
@@ -130,7 +133,7 @@ class GoodputPolicy(Hysteresis):
     hysteresis margin, debounce, dwell (see the module docstring)."""
 
     #: iterations between two refreshes of the shapes' predicted accept lengths
-    accept_refresh = 8
+    accept_refresh = 16
 
     def __init__(
         self,
@@ -253,6 +256,7 @@ class GoodputPolicy(Hysteresis):
         self._exploring = False  # the current shape was chosen before it was ever measured
         self._initial = False  # in the first mode, before the policy's first event
         self._probe = False  # SPECULATING entered for a shape never measured
+        self._probe_plain = False  # PLAIN entered while it was never measured
 
     # ------------------------------------------------------------------ costs
     def _bucket(self, ctx: int) -> int:
@@ -471,11 +475,23 @@ class GoodputPolicy(Hysteresis):
         return ev
 
     def _confirm(self, past: bool, mode: Mode, iteration: int) -> Event | None:
-        # the first mode (not chosen by the policy): no debounce, no dwell; a SPECULATING
-        # entered for a shape never measured, which measured no better: no dwell
+        cal = self.calibration
+        if cal is not None and (self._probe or self._probe_plain):
+            # a probe leaves only once it measured what it came for
+            kind = STEP_SPEC if mode is not Mode.PLAIN else self._off_kind
+            probing = (mode is not Mode.PLAIN and self._probe) or (
+                mode is Mode.PLAIN and self._probe_plain
+            )
+            if probing and not cal.any_measured(kind):
+                self._streak = 0
+                return None
+        # the first mode (not chosen by the policy), a SPECULATING entered for a shape never
+        # measured or a PLAIN entered while never measured, which measured no better: no
+        # debounce, no dwell
         if past and (
             self._initial
-            or (self._probe and mode is not Mode.PLAIN and self._streak + 1 >= self.debounce)
+            or (self._probe and mode is not Mode.PLAIN)
+            or (self._probe_plain and mode is Mode.PLAIN)
         ):
             self._streak = 0
             return TOWARD[(mode, Mode.SPECULATING if mode is Mode.PLAIN else Mode.PLAIN)]
@@ -503,15 +519,26 @@ class GoodputPolicy(Hysteresis):
                 ib, top = i, g
         top *= 1000.0 * bs
         cands = self._cands
+        cal = self.calibration
         if mode is Mode.PLAIN:
+            if opt is not spec and cal is not None and not cal.any_measured(STEP_SPEC):
+                # speculation never measured on this engine: probe it once where the
+                # optimistic price says it may pay (it leaves again without dwell)
+                ib, top = 0, -1.0
+                for i, (a, ms) in enumerate(zip(acc, opt, strict=True)):
+                    g = a / ms
+                    if g > top:
+                        ib, top = i, g
+                top *= 1000.0 * bs
+                spec = opt
             past = top > plain * (1.0 + self.margin)
             if past and self.plain != PLAIN_WARM:
                 past = self._catchup_pays(bs, ctx, it, off, spec[ib], acc[ib])
             self._shape_streak = 0
             ev = self._confirm(past, mode, it)
             if ev is not None:
-                cal = self.calibration
                 self._probe = cal is not None and not cal.measured(STEP_SPEC, cands[ib])
+                self._probe_plain = False
                 self.last_reason = (
                     f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
                     f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[ib]:.2f}"
@@ -523,6 +550,7 @@ class GoodputPolicy(Hysteresis):
         ev = self._confirm(past, mode, it)
         if ev is not None:
             self._probe = False
+            self._probe_plain = cal is not None and not cal.measured(self._off_kind, None)
             self._shape_streak = 0
             self.last_reason = (
                 f"goodput: plain {plain:.0f} > {cands[cur].label()} {now:.0f} tok/s "

@@ -30,14 +30,19 @@ not keep it there for good.
 the observed buckets of a key linear in log2(bs), flat outside them. A speculative shape never
 measured is interpolated in log2(verify width) between the measured speculative shapes and
 the measured plain step as width 1 (flat outside them); `optimistic`, it takes the smallest
-of the measured shapes' factors and 1.0 (the prior). The policy prices its mode decisions
-with the first and its choice among shapes with the second (optimism under uncertainty: a
-shape never measured gets tried, one step measures it, and the policy leaves it after
-`debounce` iterations when it was no better, instead of never trying a better shape priced
-with another shape's factor: how a GPU differs from the table depends on the shape; on the
-Triton-attention table a 16-wide tree verify is 1.09x the FlashInfer table's at bs 1, a chain
-of 3 1.16x; at ctx 4096 a chain of 3 is 0.92x the ctx-1024 table's at bs 1, the tree 1.19x).
-A PLAIN or warm step never measured keeps the prior (1.0, the
+of the measured shapes' factors x (1 - `probe_discount`). The policy prices its mode
+decisions with the first and its choice among shapes with the second (optimism under
+uncertainty: a shape that may be `probe_discount` cheaper than the cheapest measured one gets
+tried, one step measures it, and the policy leaves it after one iteration when it was no
+better, instead of never trying a better shape priced with another shape's factor: how a GPU
+differs from the table depends on the shape; on the Triton-attention table a 16-wide tree
+verify is 1.09x the FlashInfer table's at bs 1, a chain of 3 1.16x; at ctx 4096 a chain of 3
+is 0.92x the ctx-1024 table's at bs 1, the tree 1.19x).
+While no speculative step was measured (the policy left the launch shape at once), a shape
+takes the plain step's factor, optimistically that x (1 - `probe_discount`): another
+model on another GPU changes speculation's cost relative to decode (a 32B target is more
+weight-bound than the 8B the table measured), so PLAIN probes speculation once when the
+optimistic price says it may pay. A PLAIN or warm step never measured keeps the prior (1.0, the
 table's decode row), the same optimism: one visit corrects it. `version` bumps only when a
 factor moved by more than `tolerance` since the last bump, so a caller caching corrected
 costs invalidates rarely.
@@ -208,12 +213,20 @@ class DepthAcceptance:
 class StepCalibration:
     """Measured / predicted step-time factors per (kind, shape) and log2-bs bucket."""
 
-    def __init__(self, *, ema: float = 0.1, per_octave: int = 2, tolerance: float = 0.01) -> None:
+    def __init__(
+        self,
+        *,
+        ema: float = 0.1,
+        per_octave: int = 2,
+        tolerance: float = 0.01,
+        probe_discount: float = 0.1,
+    ) -> None:
         if not 0.0 < ema <= 1.0:
             raise ValueError(f"StepCalibration: ema must be in (0, 1]: {ema}")
         self.ema = ema
         self.per_octave = per_octave
         self.tolerance = tolerance
+        self.probe_discount = probe_discount
         # (kind, shape or None) -> {bucket: factor}; sorted bucket lists beside
         self._f: dict[tuple[str, DraftShape | None], dict[int, float]] = {}
         self._b: dict[tuple[str, DraftShape | None], list[int]] = {}
@@ -267,6 +280,10 @@ class StepCalibration:
         """Whether a step of this kind and shape was measured (at any batch size)."""
         return (kind, shape) in self._b
 
+    def any_measured(self, kind: str) -> bool:
+        """Whether any step of this kind was measured."""
+        return any(k[0] == kind for k in self._b)
+
     def factor(
         self, kind: str, shape: DraftShape | None, bs: float, optimistic: bool = False
     ) -> float:
@@ -274,8 +291,9 @@ class StepCalibration:
         docstring): its own key's; for a speculative shape never measured, interpolated in
         log2(verify width) between the measured shapes and the measured plain step as width 1
         (flat outside them), or, `optimistic`, the smallest of the measured shapes' factors
-        and 1.0; with no speculative step measured, the plain step's factor; any other kind
-        never measured, or nothing measured: 1.0."""
+        x (1 - `probe_discount`); with no speculative step measured, the plain step's factor
+        (`optimistic`: x (1 - `probe_discount`)); any other kind never measured, or nothing
+        measured: 1.0."""
         f = self._at((kind, shape), bs)
         if f is not None:
             return f
@@ -290,9 +308,11 @@ class StepCalibration:
                     pts.setdefault(math.log2(s.draft_tokens), []).append(v)
         anchor = self._at(("plain", None), bs)
         if not pts:  # no speculative step measured yet: the plain step's factor, else none
-            return 1.0 if anchor is None else anchor
+            if anchor is None:
+                return 1.0
+            return (1.0 - self.probe_discount) * anchor if optimistic else anchor
         if optimistic:
-            return min(1.0, min(min(v) for v in pts.values()))
+            return (1.0 - self.probe_discount) * min(min(v) for v in pts.values())
         if anchor is not None:
             pts.setdefault(0.0, []).append(anchor)
         xs = sorted(pts)
