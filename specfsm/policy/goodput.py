@@ -74,7 +74,8 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   tried before it was ever measured (it measured no better) one iteration; leaving a
   SPECULATING entered for such a shape, or a PLAIN entered before PLAIN was ever measured,
   needs no debounce or dwell. While no speculative step was measured, PLAIN prices the
-  shapes optimistically (the calibration's `probe_discount`): one probe of speculation. In
+  shapes optimistically (the calibration's `probe_discount`): one probe of speculation; while
+  PLAIN was never measured, SPECULATING prices PLAIN so: one probe of PLAIN. In
   PLAIN: LOAD_LOW when the best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the
   catch-up check above for that shape). The first mode the policy sees was not chosen by it:
   no dwell and no debounce there (the prior decides at once: a tree launched at bs 256 leaves
@@ -546,6 +547,14 @@ class GoodputPolicy(Hysteresis):
             return ev
         cur = self._cur
         now = 1000.0 * bs * acc[cur] / spec[cur]
+        if (
+            cal is not None
+            and not cal.measured(self._off_kind, None)
+            and cal.any_measured(STEP_SPEC)
+        ):
+            # PLAIN never measured on this engine, speculation was: probe PLAIN once where its
+            # optimistic price (x (1 - probe_discount)) says it may pay
+            plain /= 1.0 - cal.probe_discount
         past = plain > now * (1.0 + self.margin) and plain >= top
         ev = self._confirm(past, mode, it)
         if ev is not None:
