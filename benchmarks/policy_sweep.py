@@ -9,8 +9,16 @@ the 8B table by the rule in its header). Scenarios: launch shapes chain3 and tre
 steps, 16 draft tokens), alpha 0.6 and 0.8.
 
 Baselines (`specfsm.sim.baselines`), each fitted on the fit table at the cell's alpha:
-  static grid      no-spec, chains of 1, 2, 3, 5, 7 steps, trees (4,2,16) and (4,3,8); the best
-                   static of a cell is the best of them on the score table
+  static grid      the engine's states (issue 13): chains of 1, 2, 3, 5, 7 steps, trees
+                   (4,2,16) and (4,3,8), and ``plain``, the engine's PLAIN state held (specfsm's
+                   own engine pinned in PLAIN: zero-tax steps, every prefill through the draft
+                   too, as the SGLang adapter does); the best static of a cell is the best of
+                   them on the score table
+  no-spec          (info, outside the grid) a server WITHOUT a draft model: its prefill skips
+                   the draft, which specfsm's engine never does (lazy draft prefill is not in
+                   the adapter), so at 128-256 requests it is a few % faster than any state of
+                   specfsm's engine; printed as `a_min_ratio_vs_no_draft_server` and
+                   `b_min_ratio_vs_phase_oracle_no_draft` (the oracle with no-spec added)
   sglang-adaptive  SGLang 0.5.23 adaptive, default tiers, the launch shape (tree: adaptive off)
   sglang-tuned     SGLang adaptive with tiers tuned on the fit table (a chain launch)
   sglang-skip0     as sglang-tuned with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: steps=0 without
@@ -27,7 +35,7 @@ specfsm variant's lines are printed as info).
     throughput and p99 TPOT vs the per-phase oracle (`specfsm.sim.oracle`: phases of
     duration/32 simulated seconds, the best static shape per phase), and switches per 100
     iterations.
-Ends with the five summary lines `name: value (goal ...)`.
+Ends with the five summary lines `name: value (goal ...)` and the two no-draft info lines.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from typing import Any
 from specfsm.model.acceptance import DraftShape, accept_length
 from specfsm.model.costs import CostModel, load_table, packaged_tables
 from specfsm.sim.baselines import (
+    NO_DRAFT_NAME,
     PEER_NAMES,
     SHAPE_FREE_PEERS,
     STATIC_GRID_NAMES,
@@ -66,7 +75,13 @@ SCORES = (
 )
 SPECFSM = (ZERO_TAX_NAME, WARM_NAME)
 #: the shape-independent controllers run once per (table, alpha, load): key shape "-"
-SHAPE_FREE = (*STATIC_GRID_NAMES, *SHAPE_FREE_PEERS)
+SHAPE_FREE = (*STATIC_GRID_NAMES, NO_DRAFT_NAME, *SHAPE_FREE_PEERS)
+#: why the no-draft server's lines are lower (printed with them)
+NO_DRAFT_WHY = (
+    "info, outside the grid: a server without a draft model prefills by the target "
+    "only; specfsm's engine prefills every request through the draft (lazy draft "
+    "prefill is not in the adapter), so it cannot match it where PLAIN wins"
+)
 TIMELINE = (ZERO_TAX_NAME, WARM_NAME, "sglang-tuned", "vllm-k-table")
 
 
@@ -217,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n######## (a) {label(table)}: launch {sn} ({SHAPES[sn].label()}), "
                       f"alpha {al}: tok/s per level")  # fmt: skip
                 cols = [*PEER_NAMES, *SPECFSM]
-                print(f"{'level':>5} {'best static':>24} "
+                print(f"{'level':>5} {'best static':>24} {'no-draft':>8} "
                       + " ".join(f"{short[c]:>8}" for c in cols)
-                      + " | fsm/static fsm/peer (best peer)")  # fmt: skip
+                      + " | fsm/static fsm/peer (best peer) fsm/no-draft")  # fmt: skip
                 series: dict[str, list[float]] = {"best static grid": []}
                 for c in levels:
                     runs = cell(table, al, "conc", c, sn)
@@ -236,14 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                         rs, rp = tok[v] / bs_tok, tok[v] / tok[bp]
                         note(v, "a_static", rs, f"{where} vs {bs_name}")
                         note(v, "a_peer", rp, f"{where} vs {bp}")
+                        note(v, "a_nodraft", tok[v] / tok[NO_DRAFT_NAME], where)
                         if v == a.specfsm and rs < 0.99:
                             misses.append(f"{where}: / best static ({bs_name}) {rs:.3f}")
                         if v == a.specfsm and rp < 1.0:
                             misses.append(f"{where}: / best peer ({bp}) {rp:.3f}")
                     me = tok[a.specfsm]
-                    print(f"{c:>5} {bs_name:>17} {bs_tok:>6.0f} "
+                    print(f"{c:>5} {bs_name:>17} {bs_tok:>6.0f} {tok[NO_DRAFT_NAME]:>8.0f} "
                           + " ".join(f"{tok[p]:>8.0f}" for p in cols)
-                          + f" | {me / bs_tok:>10.3f} {me / tok[bp]:>8.3f} ({bp})")  # fmt: skip
+                          + f" | {me / bs_tok:>10.3f} {me / tok[bp]:>8.3f} ({bp}) "
+                          f"{me / tok[NO_DRAFT_NAME]:.3f}")  # fmt: skip
                 plot_throughput(
                     os.path.join(a.out, f"throughput_{table}_{sn}_a{al}.png"),
                     list(levels),
@@ -257,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
                     runs = cell(table, al, "trace", tn, sn)
                     statics = {s: runs[s] for s in STATIC_GRID_NAMES}
                     orc = phase_oracle(statics, dur[table])
+                    orc_nd = phase_oracle({**statics, NO_DRAFT_NAME: runs[NO_DRAFT_NAME]},
+                                          dur[table])  # fmt: skip
                     o_p99 = orc.tpot_p99_ms
                     where = f"{label(table)} {sn} a{al} {tn}"
                     print(f"\n-- (b) trace {runs[a.specfsm].load} ({where}); oracle: "
-                          f"{json.dumps(orc.describe())}")  # fmt: skip
+                          f"{json.dumps(orc.describe())}; with no-spec (info): tok/s "
+                          f"{orc_nd.tok_s:.1f}")  # fmt: skip
                     shown = [runs[p].row() for p in (*PEER_NAMES, *SPECFSM)]
                     print(format_table(shown))
                     for r in runs.values():
@@ -268,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "phase_tok_s": round(phase_tok_s(r, dur[table]), 1),
                                          "oracle_tok_s": round(orc.tok_s, 1),
                                          "oracle_tpot_p99_ms": round(o_p99, 3),
+                                         "oracle_no_draft_tok_s": round(orc_nd.tok_s, 1),
                                          **r.row()})  # fmt: skip
                     for p in (*PEER_NAMES, *SPECFSM):
                         r = runs[p]
@@ -278,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"switches/100 it {sw:.3f}; iterations {r.iterations}")  # fmt: skip
                         if p in SPECFSM:
                             note(p, "b_tput", rt, where)
+                            note(p, "b_tput_nd", phase_tok_s(r, dur[table]) / orc_nd.tok_s, where)
                             note(p, "b_tpot", rp, where, lower_is_worse=False)
                             note(p, "b_sw", sw, where, lower_is_worse=False)
                             note(p, "b_iters", float(r.iterations), where)
@@ -319,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"b_min_iterations{tag}: {min(g['b_iters']):.0f} ({pre}goal >= 20000)")
         for name, val, goal in lines:
             print(f"{name}{tag}: {val:.3f} ({pre}goal {goal})")
+        print(f"a_min_ratio_vs_no_draft_server{tag}: {min(g['a_nodraft']):.3f} ({NO_DRAFT_WHY})")
+        if "b_tput_nd" in g:
+            print(f"b_min_ratio_vs_phase_oracle_no_draft{tag}: {min(g['b_tput_nd']):.3f} "
+                  f"(info: the oracle's grid plus no-spec; see the line above)")  # fmt: skip
     return 0
 
 

@@ -1,9 +1,16 @@
 """Honest baselines (issue 13): every static shape of the grid, and each peer engine's rule at
 its best parameters FITTED on the fit table (then scored on another table by the sweep).
 
-* Static grid (`STATIC_GRID`): no speculation, chains of 1, 2, 3, 5, 7 steps, trees (topk 4,
-  2 steps, 16 draft tokens) and (4, 3, 8). "Best static" of a cell is the highest tok/s among
-  them (`best_static`), run on the same load, table and seed.
+* Static grid (`STATIC_GRID`): the engine's states, as issue 13 defines the grid: chains of 1,
+  2, 3, 5, 7 steps, trees (topk 4, 2 steps, 16 draft tokens) and (4, 3, 8), and the engine's
+  PLAIN state (``plain``: specfsm's own engine pinned in PLAIN, zero-tax steps, every prefill
+  through the draft too, as the SGLang adapter does). "Best static" of a cell is the highest
+  tok/s among them (`best_static`), run on the same load, table and seed.
+* A server without a draft model (``no-spec``, `NO_DRAFT_NAME`, `no_draft_server`): kept apart
+  from the grid, as an info baseline. Its prefill skips the draft, which specfsm's engine never
+  does (lazy draft prefill is not in the adapter), so at 128-256 requests, where PLAIN wins, it
+  is ~2-4% faster than any state of specfsm's engine; the sweep prints that ratio beside the
+  goal lines instead of hiding it.
 * vLLM (`KTableController`, ``vllm-k-table``): K by the number of scheduled requests (decodes +
   prefills), from a per-batch-size table, no hysteresis; K=0 keeps the draft running at q=1
   (a WARM step, as vLLM's K=0 `propose()` does). `fit_k_table`: for each bs, the K in 0..7 with
@@ -52,6 +59,7 @@ from specfsm.sim.peers import (
     RESYNC,
     SPEC,
     WARM,
+    ZERO_TAX,
     Controller,
     FixedController,
     Plan,
@@ -62,9 +70,14 @@ from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, sglang_spec_cuda_graph_bs
 #: SGLang steps=0 with the skip flag: a plain-priced step that does not extend the draft.
 SKIP0 = "skip0"
 
-#: The static shape grid (None: no speculation), by the name its controller carries.
+#: The engine's PLAIN state held: zero-tax steps, the draft still prefilled (the adapter's).
+PLAIN_STATE_NAME = "plain"
+#: A server without a draft model: plain decode, prefill by the target only (info baseline).
+NO_DRAFT_NAME = "no-spec"
+
+#: The static grid (None: the engine's PLAIN state), by the name its controller carries.
 STATIC_GRID: dict[str, DraftShape | None] = {
-    "no-spec": None,
+    PLAIN_STATE_NAME: None,
     "static-chain1": DraftShape.chain(1),
     "static-chain2": DraftShape.chain(2),
     "static-chain3": DraftShape.chain(3),
@@ -98,19 +111,40 @@ SHAPE_FREE_PEERS = (SGLANG_TUNED_NAME, SGLANG_SKIP0_NAME, VLLM_NAME, TRTLLM_NAME
 
 # ------------------------------------------------------------------------------ static grid
 class StaticController(FixedController):
-    """One static shape of the grid (None: no speculation, a server without a draft)."""
+    """One static state of the grid: a draft shape, or (None) the engine's PLAIN state held
+    (zero-tax steps, the draft kept and prefilled: ``has_draft``); `no_draft=True` with None is
+    a server without a draft instead (plain decode, prefill by the target only)."""
 
-    def __init__(self, name: str, shape: DraftShape | None) -> None:
+    def __init__(self, name: str, shape: DraftShape | None, *, no_draft: bool = False) -> None:
         super().__init__(shape is not None, shape if shape is not None else DraftShape.chain(3))
         self.name = name
+        self.no_draft = shape is None and no_draft
+        self.has_draft = not self.no_draft
+        self._plain = Plan(PLAIN if self.no_draft else ZERO_TAX, Mode.PLAIN)
+
+    def plan(
+        self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
+    ) -> Plan:
+        if self.speculate:
+            return super().plan(it, bs, n_prefill, accept_lens, mean_ctx)
+        return self._plain
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "shape": self.shape.label() if self.speculate else "none"}
+        if self.speculate:
+            what = self.shape.label()
+        else:
+            what = "none (no draft model)" if self.no_draft else "PLAIN (zero-tax, draft kept)"
+        return {"name": self.name, "shape": what}
 
 
 def static_grid() -> list[Controller]:
-    """A controller per static shape of `STATIC_GRID`."""
+    """A controller per static state of `STATIC_GRID`."""
     return [StaticController(n, s) for n, s in STATIC_GRID.items()]
+
+
+def no_draft_server() -> StaticController:
+    """A server without a draft model (`NO_DRAFT_NAME`): the info baseline outside the grid."""
+    return StaticController(NO_DRAFT_NAME, None, no_draft=True)
 
 
 def best_static(tok_s: dict[str, float]) -> tuple[str, float]:
@@ -315,10 +349,14 @@ def baselines(
 
 
 def controller(name: str, fit: CostModel, shape: DraftShape, alpha: float) -> Controller:
-    """One baseline by name (a static grid shape or a peer)."""
+    """One baseline by name (a static grid state, the no-draft server or a peer)."""
     if name in STATIC_GRID:
         return StaticController(name, STATIC_GRID[name])
+    if name == NO_DRAFT_NAME:
+        return no_draft_server()
     got = peers(fit, shape, alpha, names=(name,))
     if not got:
-        raise ValueError(f"no baseline {name!r}: one of {(*STATIC_GRID_NAMES, *PEER_NAMES)}")
+        raise ValueError(
+            f"no baseline {name!r}: one of {(*STATIC_GRID_NAMES, NO_DRAFT_NAME, *PEER_NAMES)}"
+        )
     return got[0]

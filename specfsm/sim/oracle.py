@@ -6,8 +6,9 @@ Construction:
    from t = 0 to the trace's end (`default_phase_s`: the trace's duration / 32, which puts the
    bursts trace's level changes, every duration / 16, on phase boundaries; within a ramp or
    sinusoid phase the target concurrency moves by at most 1/16 of its range).
-2. Every static shape of the grid (`specfsm.sim.baselines.STATIC_GRID`, no speculation
-   included) serves the same trace with the same seed (the same requests, lengths and draws),
+2. Every static state of the grid (`specfsm.sim.baselines.STATIC_GRID`: the draft shapes and
+   the engine's PLAIN state; policy_sweep also builds an info oracle with the no-draft server
+   added) serves the same trace with the same seed (the same requests, lengths and draws),
    with `run(phase_s=...)`: each run records the tokens committed by the iterations ending in
    each phase and each finished request's finish time and TPOT.
 3. The oracle's winner of phase p is the static shape that committed the most tokens in p.

@@ -15,11 +15,14 @@ from specfsm.model.costs import CostModel, load_table
 from specfsm.sim.baselines import (
     COLD_EXTRA_FACTOR,
     COLD_ROUNDS,
+    NO_DRAFT_NAME,
+    PLAIN_STATE_NAME,
     SKIP0,
     STATIC_GRID,
     SkipZeroStepController,
     best_static,
     fit_k_table,
+    no_draft_server,
     peers,
     static_grid,
     tune_sglang_tiers,
@@ -42,8 +45,10 @@ def fit() -> CostModel:
 
 
 def test_best_static_grid_is_the_max_over_static_runs(fit: CostModel) -> None:
-    """best_static over the grid's runs is the max tok/s of the eight static shapes."""
-    assert len(STATIC_GRID) == 8 and STATIC_GRID["no-spec"] is None
+    """best_static over the grid's runs is the max tok/s of the eight static states (the
+    engine's PLAIN state included); the no-draft server is not one of them."""
+    assert len(STATIC_GRID) == 8 and STATIC_GRID[PLAIN_STATE_NAME] is None
+    assert NO_DRAFT_NAME not in STATIC_GRID
     tok = {
         c.name: run(c, fixed_concurrency(16), fit, 0.8, iterations=300, warmup_iterations=50).tok_s
         for c in static_grid()
@@ -148,3 +153,15 @@ def test_policy_sweep_quick_prints_the_summary_lines(tmp_path: Path) -> None:
         "b_max_switches_per_100_iterations",
     ):
         assert re.search(rf"^{name}: \d+\.\d+ \(goal [<>]= [\d.]+\)$", text, re.M), name
+
+
+def test_plain_state_pays_the_draft_prefill_the_no_draft_server_skips(fit: CostModel) -> None:
+    """The grid's PLAIN state (specfsm's engine held in PLAIN) prefills through the draft, the
+    no-draft server does not: at 128 requests the latter is faster; neither speculates."""
+    load = fixed_concurrency(128)
+    plain = next(c for c in static_grid() if c.name == PLAIN_STATE_NAME)
+    nd = no_draft_server()
+    assert plain.has_draft and not nd.has_draft
+    r_plain = run(plain, load, fit, 0.8, iterations=300, warmup_iterations=50)
+    r_nd = run(nd, load, fit, 0.8, iterations=300, warmup_iterations=50)
+    assert r_nd.tok_s > r_plain.tok_s
