@@ -73,9 +73,13 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   needs no standard-error term) waits only `debounce` iterations; leaving a shape that was
   tried before it was ever measured (it measured no better) one iteration; leaving a
   SPECULATING entered for such a shape, or a PLAIN entered before PLAIN was ever measured,
-  needs no debounce or dwell. While no speculative step was measured, PLAIN prices the
-  shapes optimistically (the calibration's `probe_discount`): one probe of speculation; while
-  PLAIN was never measured, SPECULATING prices PLAIN so: one probe of PLAIN. In
+  needs no debounce or dwell. PLAIN prices every shape never measured on this engine
+  optimistically (the calibration's `probe_discount` below the smallest measured factor, or
+  below PLAIN's factor while no speculative step was measured): a probe of that shape where
+  the optimistic price beats PLAIN, at most once per shape, since a measured shape is priced by
+  its own factor (an interpolated factor can be too high on another model size, e.g. chain1 on
+  the 32B-shaped table, and would never be tried); while PLAIN was never measured, SPECULATING
+  prices PLAIN so: one probe of PLAIN. In
   PLAIN: LOAD_LOW when the best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the
   catch-up check above for that shape). The first mode the policy sees was not chosen by it:
   no dwell and no debounce there (the prior decides at once: a tree launched at bs 256 leaves
@@ -522,9 +526,12 @@ class GoodputPolicy(Hysteresis):
         cands = self._cands
         cal = self.calibration
         if mode is Mode.PLAIN:
-            if opt is not spec and cal is not None and not cal.any_measured(STEP_SPEC):
-                # speculation never measured on this engine: probe it once where the
-                # optimistic price says it may pay (it leaves again without dwell)
+            if opt is not spec and cal is not None:
+                # a shape never measured on this engine (every shape, while speculation never
+                # was) is priced optimistically: probe it once where that price says it may
+                # beat PLAIN (it leaves again without dwell); a measured shape's price is its
+                # own, so this is a bounded exploration (at most one probe per shape), which
+                # an interpolated factor (too high on another model size) would never make
                 ib, top = 0, -1.0
                 for i, (a, ms) in enumerate(zip(acc, opt, strict=True)):
                     g = a / ms

@@ -30,8 +30,9 @@ not keep it there for good.
 the observed buckets of a key linear in log2(bs), flat outside them. A speculative shape never
 measured is interpolated in log2(verify width) between the measured speculative shapes and
 the measured plain step as width 1 (flat outside them); `optimistic`, it takes the smallest
-of the measured shapes' factors x (1 - `probe_discount`). The policy prices its mode
-decisions with the first and its choice among shapes with the second (optimism under
+of the measured shapes' factors x (1 - `probe_discount`). The policy prices leaving
+SPECULATING for PLAIN with the first, and its choice among shapes and leaving PLAIN with the
+second (at most one probe per never-measured shape; optimism under
 uncertainty: a shape that may be `probe_discount` cheaper than the cheapest measured one gets
 tried, one step measures it, and the policy leaves it after one iteration when it was no
 better, instead of never trying a better shape priced with another shape's factor: how a GPU

@@ -287,3 +287,26 @@ def test_tune_prints_the_shape_table_and_flags_interpolated_shapes(
                                       "--json"]))["shape_table"]  # fmt: skip
     assert js["interpolated"]["chain7"] and "chain3" not in js["interpolated"]
     assert js["rows"][1]["best"] == "chain2" and js["rows"][1]["interpolated"] is True
+
+
+def test_plain_probes_a_never_measured_shape_its_interpolated_factor_rules_out() -> None:
+    """On another model size (the synthetic 32B-shaped table) the log2-width interpolation
+    between the measured tree and PLAIN prices chain1 ~5 % too high at bs 128, where chain1
+    really beats PLAIN by ~3 %: PLAIN probes the never-measured shape once (optimistic price)
+    and then keeps it, instead of never trying it."""
+    from specfsm.sim.baselines import controller
+    from specfsm.sim.engine import run
+    from specfsm.sim.peers import ZERO_TAX_NAME, FSMController, lineup
+    from specfsm.sim.traces import fixed_concurrency
+
+    fit = CostModel(load_table(FIT), TREE)
+    score = CostModel(load_table("synthetic_32b_shaped"), TREE)
+    ctl = lineup(fit, TREE, 0.8, names=[ZERO_TAX_NAME])[0]
+    assert isinstance(ctl, FSMController)
+    load = fixed_concurrency(128)
+    r = run(ctl, load, score, 0.8, iterations=900, warmup_iterations=300)
+    chain1 = run(controller("static-chain1", fit, TREE, 0.8), load, score, 0.8,
+                 iterations=900, warmup_iterations=300)  # fmt: skip
+    machine = ctl.machine
+    assert machine.mode is Mode.SPECULATING and machine.shape == CHAIN1
+    assert r.tok_s >= 0.99 * chain1.tok_s
