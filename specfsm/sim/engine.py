@@ -19,6 +19,10 @@ One *run* serves one load trace with one controller. Each iteration:
    step; the draft is not extended, its lag grows; see `specfsm.sim.baselines`).
 3. cost from the *scoring* CostModel, tokens: SPEC commits 1 + n per request with n sampled
    from the acceptance model (per-depth Bernoulli, `specfsm.acceptance`); others commit 1.
+   The uniform a request's verify draws hashes the seed, the request's admission index and
+   its tokens so far (`_Decode.uniforms`): common random numbers, so controllers that verify
+   the same request at the same position with the same shape accept the same tokens, and
+   a comparison is not moved by which draws each happened to consume.
    A controller with ``cold_return = True`` (the skip-flag SGLang peer) re-enters cold: a
    request whose draft fell behind (lag > 0) at a SPEC iteration accepts less for its next
    `baselines.COLD_ROUNDS` SPEC rounds (accepted drafts x `baselines.COLD_EXTRA_FACTOR`, the
@@ -207,6 +211,8 @@ class _Requests:
         self.decoding = np.zeros(cap, dtype=bool)
         self.ctx_len = np.zeros(cap, dtype=np.int64)  # KV length: prompt + committed tokens
         self.cold = np.zeros(cap, dtype=np.int64)  # cold rounds left (skip-flag re-entry)
+        self.key = np.zeros(cap, dtype=np.uint64)  # admission index (same across controllers)
+        self.n_admitted = 0
         self.free_idx = np.arange(cap)
 
     def n_alive(self) -> int:
@@ -235,6 +241,10 @@ class _Requests:
         self.lag[slots] = 0
         self.cold[slots] = 0
         self.ctx_len[slots] = p
+        self.key[slots] = self.np.arange(
+            self.n_admitted, self.n_admitted + n_new, dtype=self.np.uint64
+        )
+        self.n_admitted += n_new
         return slots, p
 
     def commit(self, t: float, tokens: Any, slots: Any, meter: _Meter | None) -> int:
@@ -287,6 +297,22 @@ class _Decode:
         )
         self._cum: dict[tuple[DraftShape, float], Any] = {}
         self._cold_alpha: dict[tuple[DraftShape, float, str], float] = {}
+        self._base = np.uint64(int(rng.integers(0, 2**63)))
+
+    def uniforms(self, reqs: _Requests) -> Any:
+        """One uniform per decoding request, a hash (splitmix64) of the run's seed, the
+        request's admission index and its tokens so far: common random numbers, so two
+        controllers verifying the same request at the same position draw the same number
+        (their comparison is not swamped by which draws each happened to consume)."""
+        np = self.np
+        dec = reqs.decoding
+        pos = (reqs.out_len[dec] - reqs.remaining[dec]).astype(np.uint64)
+        z = self._base + reqs.key[dec] * np.uint64(0x9E3779B97F4A7C15)
+        z = z + pos * np.uint64(0xD1B54A32D192ED03)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
 
     def cum_for(self, shape: DraftShape, a: float) -> Any:
         key = (shape, round(a, 4))
@@ -307,7 +333,7 @@ class _Decode:
             assert shape is not None
             a = self.alpha if self.accept_len_fn is None else self.accept_len_fn(t)
             ms = cost.spec_ms(bs, shape)
-            u = self.rng.random(bs)
+            u = self.uniforms(reqs)
             cum = self.cum_for(shape, a)
             tokens = (u[:, None] < cum[None, :]).sum(axis=1) + 1
             if getattr(ctl, "cold_return", False):
