@@ -54,6 +54,18 @@ def set_topk(worker: Any, topk: int) -> None:
     worker._draft_worker.topk = topk
     if get_spec().speculative_eagle_topk != topk:
         get_context().override("specfsm.topk", speculative_eagle_topk=topk)
+    # SGLang 0.5.17 reads the model runners' server_args directly in places (the draft CUDA
+    # graph runner's buffers, the target verify graph's capture input): keep them in step, or
+    # a chain state built on a tree server captures tree-sized buffers ("out_cache_loc.shape[0]
+    # =768 != batch_size * topk * num_steps = 64*1*3=192", H200, this session)
+    runners = (
+        worker._target_worker.model_runner,
+        getattr(worker._draft_worker, "draft_runner", None),
+    )
+    for r in runners:
+        sa = getattr(r, "server_args", None)
+        if sa is not None and getattr(sa, "speculative_eagle_topk", topk) != topk:
+            object.__setattr__(sa, "speculative_eagle_topk", topk)
 
 
 def spec_topk() -> int:
