@@ -65,7 +65,15 @@ def set_topk(worker: Any, topk: int) -> None:
     for r in runners:
         sa = getattr(r, "server_args", None)
         if sa is not None and getattr(sa, "speculative_eagle_topk", topk) != topk:
-            object.__setattr__(sa, "speculative_eagle_topk", topk)
+            _set_server_topk(sa, topk)
+
+
+def _set_server_topk(sa: Any, topk: int) -> None:
+    """ServerArgs.speculative_eagle_topk = topk where the version allows it: 0.5.17's is a
+    plain dataclass; 0.5.23 guards its attributes (its readers go through get_spec(), which
+    the override above already set), so there it stays as launched."""
+    with contextlib.suppress(TypeError, AttributeError):
+        object.__setattr__(sa, "speculative_eagle_topk", topk)
 
 
 def spec_topk() -> int:
