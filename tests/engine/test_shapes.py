@@ -5,7 +5,10 @@ contracts checked on every forward."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -51,6 +54,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "shapes": ["chain1", "4,3,8", "chain3"],
         "launch": "4,2,8",
     },
+    # a narrower tree (top-k 2) and chain <-> chain on a tree server, warm PLAIN (steps=0 with
+    # its 1-token draft extend instead of zero-tax's catch-up)
+    "tree-narrow-warm": {
+        "engine": {"tree": True, "overlap": True},
+        "shapes": ["chain2", "2,2,4", "chain1"],
+        "launch": "4,2,8",
+        "config": {"plain": "warm"},
+    },
 }
 PROMPTS = E.default_prompts(6, seed=23)
 
@@ -60,7 +71,9 @@ def eng(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     """One specfsm engine per configuration, with the configuration's extra shapes built."""
     c = CONFIGS[request.param]
     d = tmp_path_factory.mktemp(request.param)
-    e = F.make_fsm_engine(d, config={"shapes": c["shapes"]}, spec="EAGLE3", **c["engine"])
+    e = F.make_fsm_engine(
+        d, config={"shapes": c["shapes"], **c.get("config", {})}, spec="EAGLE3", **c["engine"]
+    )
     e.test_dir = d
     e.cfg = c
     yield e
@@ -118,20 +131,47 @@ def test_arrivals_aborts_while_reshaping_no_leak(eng: Any, reference: Any) -> No
     assert c["idle_checks"] > n0 and not c["failed"]
 
 
-def _accept_length(test_dir: Any, tree: bool, shapes: list[str], target: str) -> float:
-    """Mean accept length (tokens per K-wide verify) of a server pinned to `target`, on the
-    agreeing bigram target with its ~0.6-accepting EAGLE draft (models.py)."""
-    e = F.make_fsm_engine(test_dir, config={"shapes": shapes}, spec="EAGLE", agree="mid", tree=tree)
+_ACCEPT_SCRIPT = """
+import json, sys
+from specfsm_testbed import engine as E, fsm as F
+
+def main(test_dir, tree, shapes, target):
+    e = F.make_fsm_engine(
+        test_dir, config={"shapes": shapes}, spec="EAGLE", agree="mid", tree=tree
+    )
     try:
         F.set_policy(test_dir, {"name": CYCLE, "targets": [target], "every": 10**6})
         prompts = E.default_prompts(6, seed=5)
         E.generate(e, prompts, 4)  # the RESHAPE to `target` happens here
         out = E.generate(e, prompts, 40)
-        assert not F.counters(test_dir, wait_s=5)["failed"]
+        failed = F.counters(test_dir, wait_s=5)["failed"]
     finally:
         e.shutdown()
     tokens = sum(o["meta_info"]["completion_tokens"] for o in out)
-    return tokens / sum(o["meta_info"]["spec_verify_ct"] for o in out)
+    verifies = sum(o["meta_info"]["spec_verify_ct"] for o in out)
+    print("@@" + json.dumps({"accept": tokens / verifies, "failed": failed}), flush=True)
+
+if __name__ == "__main__":
+    main(*json.loads(sys.argv[1]))
+"""
+
+
+def _accept_length(test_dir: Any, tree: bool, shapes: list[str], target: str) -> float:
+    """Mean accept length (tokens per K-wide verify) of a server pinned to `target`, on the
+    agreeing bigram target with its ~0.6-accepting EAGLE draft (models.py). In a child process:
+    SGLang's Engine.shutdown() kills every child of its caller, which here would include the
+    module's live `eng` engine."""
+    script = test_dir / "accept.py"
+    script.write_text(f"CYCLE = {CYCLE!r}\n" + _ACCEPT_SCRIPT)
+    args = json.dumps([str(test_dir), tree, shapes, target])
+    run = subprocess.run(
+        [sys.executable, str(script), args], capture_output=True, text=True, timeout=600
+    )
+    lines = [x for x in run.stdout.splitlines() if x.startswith("@@")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    got = json.loads(lines[-1][2:])
+    assert not got["failed"], got
+    return float(got["accept"])
 
 
 def test_chain_on_a_tree_server_drafts_as_a_chain_server(
