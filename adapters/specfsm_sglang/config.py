@@ -43,8 +43,8 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     runtime state (draft/verify/draft-extend backends and CUDA graphs) built at
                     start-up, its memory logged; start-up is refused with the reason when one
                     does not fit. No shape may have a wider top-k than the server's: launch
-                    with the widest (a tree server may list chains and narrower trees; a chain
-                    server only chains). Default []: only the
+                    with the widest (a tree server may list chains and narrower trees, not
+                    with DP attention; a chain server only chains). Default []: only the
                     launch shape. A goodput policy's "shapes" must be among them (or, when this
                     key is absent, become them)
 
@@ -237,11 +237,13 @@ def engine_shapes(cfg: Config, launch: DraftShape) -> list[DraftShape]:
     return out
 
 
-def check_engine_shapes(cfg: Config, shape: tuple[int, int, int | None]) -> None:
+def check_engine_shapes(
+    cfg: Config, shape: tuple[int, int, int | None], dp_attention: bool = False
+) -> None:
     """Refuse shapes the engine cannot switch to: a wider top-k than the server's (the relay,
     FutureMap buffers and KV reservation are the server's width; a narrower shape drafts from
-    the relay's first columns, `specfsm_sglang.relay`), or a policy shape the engine builds no
-    state for."""
+    the relay's first columns, `specfsm_sglang.relay`), a narrower one with DP attention
+    (untested), or a policy shape the engine builds no state for."""
     topk, steps, tokens = shape
     if steps <= 0:
         return
@@ -256,6 +258,13 @@ def check_engine_shapes(cfg: Config, shape: tuple[int, int, int | None]) -> None
                 "forwards (and overlap's FutureMap buffers) and the scheduler's KV reservation "
                 "per decode step are sized for the server's top-k, so no shape may be wider: "
                 "launch with the widest top-k (e.g. the tree) and list the narrower shapes",
+            )
+        if s.topk < topk and dp_attention:
+            raise ConfigError(
+                "shapes",
+                f"{s.label()} has top-k {s.topk} below the server's {topk} with DP attention: "
+                "untested (an idle DP rank's draft input and the DP prefill coordination take "
+                "the attached top-k, not the relay's); use shapes of the server's top-k there",
             )
     for s in policy_shapes(cfg.policy):
         if s not in built:

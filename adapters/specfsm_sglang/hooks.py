@@ -89,7 +89,9 @@ def launch_check(server_args: Any) -> None:
         if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
             raise ConfigError("plain", why)
         config.check_policy_shape(cfg.policy, config.server_shape(server_args))
-        config.check_engine_shapes(cfg, config.server_shape(server_args))
+        config.check_engine_shapes(
+            cfg, config.server_shape(server_args), compat.dp_attention(server_args)
+        )
     except ConfigError as exc:
         _refuse(exc)
     _state.tokenizer_active = True
@@ -180,7 +182,9 @@ def register(cfg: Config) -> None:
             if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
                 raise ConfigError("plain", why)
             config.check_policy_shape(cfg.policy, config.server_shape(server_args))
-            config.check_engine_shapes(cfg, config.server_shape(server_args))
+            config.check_engine_shapes(
+                cfg, config.server_shape(server_args), compat.dp_attention(server_args)
+            )
         except ConfigError as exc:
             _refuse(exc)
 

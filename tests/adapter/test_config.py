@@ -269,3 +269,6 @@ def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
         check_engine_shapes(Config.from_mapping({"shapes": ["4,2,8"]}), (1, 3, 4))
     with pytest.raises(ConfigError, match="launch with the widest top-k"):
         check_engine_shapes(Config.from_mapping({"shapes": ["8,2,8"]}), (4, 2, 8))
+    with pytest.raises(ConfigError, match="with DP attention: untested"):
+        check_engine_shapes(cfg, (4, 2, 8), dp_attention=True)
+    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8), True)
