@@ -395,7 +395,7 @@ class Controller:
             self._prev_shape, self._prev_kind = fsm.shape, "spec"
         else:
             self._prev_shape = None
-            self._prev_kind = "resync" if mode is Mode.RESYNCING else "plain"
+            self._prev_kind = step_kind(mode, self.zero_tax is not None)
         sub = self._subject
         sub.batch = batch
         if observers:
@@ -538,6 +538,20 @@ class Controller:
             {"control": "applied", "request": content, "policy": policy.describe()},
             iteration=self.iteration,
         )
+
+
+def step_kind(mode: Mode, zero_tax: bool) -> str:
+    """What a decode forward in `mode` runs, as `Observation.step_kind` names it for a policy
+    that calibrates its step costs: "spec" (SPECULATING), "plain" (a zero-tax PLAIN step: one
+    target decode forward), "resync" (a zero-tax RESYNCING step: a PLAIN step + the catch-up),
+    "warm" (the 1-wide state's 1-token verify + 1-token draft-extend: DRAINING's forward, and
+    PLAIN / RESYNCING with ``plain: "warm"``). DRAINING's forward reported as "plain" poisoned
+    the policy's PLAIN price by ~2x on the H200 (this session's tree run at 32 requests)."""
+    if mode is Mode.SPECULATING:
+        return "spec"
+    if mode is Mode.DRAINING or not zero_tax:
+        return "warm"
+    return "resync" if mode is Mode.RESYNCING else "plain"
 
 
 def _graph_bs() -> list[int] | None:

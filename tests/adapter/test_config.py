@@ -272,3 +272,18 @@ def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
     with pytest.raises(ConfigError, match="with DP attention: untested"):
         check_engine_shapes(cfg, (4, 2, 8), dp_attention=True)
     check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8), True)
+
+
+def test_step_kind_names_what_each_mode_runs() -> None:
+    """DRAINING's 1-wide forward is a warm step, never a plain one (a policy calibrating its
+    PLAIN price from it would double it); warm PLAIN is warm too."""
+    from specfsm_sglang.controller import step_kind
+
+    from specfsm import Mode
+
+    assert step_kind(Mode.SPECULATING, True) == "spec"
+    assert step_kind(Mode.DRAINING, True) == "warm"
+    assert step_kind(Mode.PLAIN, True) == "plain"
+    assert step_kind(Mode.RESYNCING, True) == "resync"
+    assert step_kind(Mode.PLAIN, False) == "warm"
+    assert step_kind(Mode.RESYNCING, False) == "warm"
