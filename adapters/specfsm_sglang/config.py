@@ -237,6 +237,13 @@ def engine_shapes(cfg: Config, launch: DraftShape) -> list[DraftShape]:
     return out
 
 
+def kv_per_step(s: DraftShape) -> int:
+    """KV slots one request may take in one decode step with shape `s`: SGLang 0.5.23's
+    ``max(topk * num_steps, num_draft_tokens)`` (``allocation_sizing.get_alloc_len_per_decode``,
+    page size 1)."""
+    return max(s.topk * s.steps, s.draft_tokens)
+
+
 def check_engine_shapes(
     cfg: Config, shape: tuple[int, int, int | None], dp_attention: bool = False
 ) -> None:
@@ -250,6 +257,17 @@ def check_engine_shapes(
     launch = DraftShape(topk, steps, tokens if tokens is not None else steps + 1)
     built = engine_shapes(cfg, launch)
     for s in built[1:]:
+        if kv_per_step(s) > kv_per_step(launch):
+            raise ConfigError(
+                "shapes",
+                f"{s.label()} reserves {kv_per_step(s)} KV slots per request per decode step, "
+                f"more than the launch shape's {kv_per_step(launch)} "
+                f"({shape_label(topk, steps, tokens)}): SGLang sizes each request's "
+                "req_to_token row headroom for the launch shape, so near the end of the "
+                "context window a wider shape would write past the row; launch with the widest "
+                "shape (--speculative-num-steps / --speculative-num-draft-tokens) and list the "
+                "narrower ones",
+            )
         if s.topk > topk:
             raise ConfigError(
                 "shapes",

@@ -58,7 +58,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the engine shapes of the bring-up tables: chain 3 x topk 1 (4 tokens), the seeds' tree 2 x 4 (16)
-from sglang_engine_bench import SPECS as SHAPES
+from sglang_engine_bench import SPECS
+
+#: launch shapes: the bring-up's chain and tree, plus the widest chain for the shapes phase (a
+#: server launches with its widest shape: specfsm refuses extra shapes wider than the launch's)
+SHAPES: dict[str, dict[str, int]] = {
+    **SPECS,
+    "chain7": {
+        "speculative_num_steps": 7,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 8,
+    },
+}
 
 #: Schedules of the greedy phase: name -> control-file content.
 SCHEDULES: list[tuple[str, dict[str, Any]]] = [

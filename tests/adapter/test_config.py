@@ -252,26 +252,32 @@ def test_shapes_parsed_and_refused_in_one_line() -> None:
 
 
 def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
-    """No extra shape may be wider (top-k) than the server's; narrower ones (chains under a
-    tree server) are accepted; the launch shape always comes first."""
+    """No extra shape may be wider than the server's launch shape, in top-k or in KV slots per
+    decode step; narrower ones (shorter chains, chains under a tree server) are accepted; the
+    launch shape always comes first."""
     from specfsm_sglang.config import check_engine_shapes, engine_shapes
 
     cfg = Config.from_mapping({"shapes": ["chain1", "chain3", "chain5"]})
-    assert engine_shapes(cfg, DraftShape.chain(3)) == [
-        DraftShape.chain(3),
+    assert engine_shapes(cfg, DraftShape.chain(7)) == [
+        DraftShape.chain(7),
         DraftShape.chain(1),
+        DraftShape.chain(3),
         DraftShape.chain(5),
     ]
-    check_engine_shapes(cfg, (1, 3, 4))
+    check_engine_shapes(cfg, (1, 7, 8))
     check_engine_shapes(cfg, (4, 2, 8))  # chains under a tree server: narrower, accepted
-    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8", "chain3"]}), (4, 2, 8))
+    check_engine_shapes(Config.from_mapping({"shapes": ["4,2,8", "chain3"]}), (4, 3, 8))
+    with pytest.raises(ConfigError, match="chain5 reserves 6 KV slots .* more than the launch"):
+        check_engine_shapes(cfg, (1, 3, 4))
+    with pytest.raises(ConfigError, match="launch with the widest shape"):
+        check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8))
     with pytest.raises(ConfigError, match="top-k 4 but the server drafts with top-k 1"):
-        check_engine_shapes(Config.from_mapping({"shapes": ["4,2,8"]}), (1, 3, 4))
+        check_engine_shapes(Config.from_mapping({"shapes": ["4,1,4"]}), (1, 7, 8))
     with pytest.raises(ConfigError, match="launch with the widest top-k"):
-        check_engine_shapes(Config.from_mapping({"shapes": ["8,2,8"]}), (4, 2, 8))
+        check_engine_shapes(Config.from_mapping({"shapes": ["8,1,8"]}), (4, 2, 8))
     with pytest.raises(ConfigError, match="with DP attention: untested"):
-        check_engine_shapes(cfg, (4, 2, 8), dp_attention=True)
-    check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8), True)
+        check_engine_shapes(Config.from_mapping({"shapes": ["chain3"]}), (4, 2, 8), True)
+    check_engine_shapes(Config.from_mapping({"shapes": ["4,1,4"]}), (4, 2, 8), True)
 
 
 def test_step_kind_names_what_each_mode_runs() -> None:

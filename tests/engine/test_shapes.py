@@ -21,38 +21,42 @@ from specfsm.model.acceptance import DraftShape, parse_shape
 pytestmark = pytest.mark.engine
 
 CYCLE = "specfsm_testbed.shape_policies:ShapeCycle"
+# Servers launch with their widest shape (config.check_engine_shapes: SGLang sizes each
+# request's req_to_token headroom for the launch shape) and list the narrower ones.
+CHAIN5 = {"speculative_num_steps": 5, "speculative_num_draft_tokens": 6}
+TREE348 = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 8}
 CONFIGS: dict[str, dict[str, Any]] = {
     "chain-overlap": {
-        "engine": {"tree": False, "overlap": True},
-        "shapes": ["chain1", "chain2", "chain5"],
-        "launch": "chain3",
+        "engine": {"tree": False, "overlap": True, **CHAIN5},
+        "shapes": ["chain1", "chain2", "chain3"],
+        "launch": "chain5",
     },
     "chain-sync": {
-        "engine": {"tree": False, "overlap": False},
-        "shapes": ["chain1", "chain5"],
-        "launch": "chain3",
+        "engine": {"tree": False, "overlap": False, **CHAIN5},
+        "shapes": ["chain1", "chain3"],
+        "launch": "chain5",
     },
     "tree-overlap": {
-        "engine": {"tree": True, "overlap": True},
-        "shapes": ["4,1,4", "4,3,8"],
-        "launch": "4,2,8",
+        "engine": {"tree": True, "overlap": True, **TREE348},
+        "shapes": ["4,1,4", "4,2,8"],
+        "launch": "4,3,8",
     },
     "tree-sync": {
-        "engine": {"tree": True, "overlap": False},
-        "shapes": ["4,1,4", "4,3,8"],
-        "launch": "4,2,8",
+        "engine": {"tree": True, "overlap": False, **TREE348},
+        "shapes": ["4,1,4", "4,2,8"],
+        "launch": "4,3,8",
     },
-    # tree <-> chain on one tree server (top-k 4): chain1 -> chain3 -> PLAIN -> 4,3,8 -> chain3
-    # -> 4,2,8 -> chain1 ...; the relay stays 4 wide, a chain drafts from its first column
+    # tree <-> chain on one tree server (top-k 4): chain1 -> chain3 -> PLAIN -> 4,2,8 -> chain3
+    # -> 4,3,8 -> chain1 ...; the relay stays 4 wide, a chain drafts from its first column
     "tree-chain-overlap": {
-        "engine": {"tree": True, "overlap": True},
-        "shapes": ["chain1", "4,3,8", "chain3"],
-        "launch": "4,2,8",
+        "engine": {"tree": True, "overlap": True, **TREE348},
+        "shapes": ["chain1", "4,2,8", "chain3"],
+        "launch": "4,3,8",
     },
     "tree-chain-sync": {
-        "engine": {"tree": True, "overlap": False},
-        "shapes": ["chain1", "4,3,8", "chain3"],
-        "launch": "4,2,8",
+        "engine": {"tree": True, "overlap": False, **TREE348},
+        "shapes": ["chain1", "4,2,8", "chain3"],
+        "launch": "4,3,8",
     },
     # a narrower tree (top-k 2) and chain <-> chain on a tree server, warm PLAIN (steps=0 with
     # its 1-token draft extend instead of zero-tax's catch-up)
