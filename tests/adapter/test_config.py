@@ -267,7 +267,7 @@ def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
     check_engine_shapes(cfg, (1, 7, 8))
     check_engine_shapes(cfg, (4, 2, 8))  # chains under a tree server: narrower, accepted
     check_engine_shapes(Config.from_mapping({"shapes": ["4,2,8", "chain3"]}), (4, 3, 8))
-    with pytest.raises(ConfigError, match="chain5 reserves 6 KV slots .* more than the launch"):
+    with pytest.raises(ConfigError, match=r"chain5 reserves 6 KV slots .* more than the launch"):
         check_engine_shapes(cfg, (1, 3, 4))
     with pytest.raises(ConfigError, match="launch with the widest shape"):
         check_engine_shapes(Config.from_mapping({"shapes": ["4,3,8"]}), (4, 2, 8))
