@@ -23,6 +23,13 @@ from collections.abc import Callable
 from specfsm import Event, Mode, Observation, SpecFSM, ThresholdPolicy, TransitionLog, json_logger
 
 
+def attrs_dict(o: Observation) -> dict[str, object]:
+    """An Observation's fields (to rebuild one at another iteration)."""
+    import attrs
+
+    return attrs.asdict(o, recurse=False)
+
+
 def per_call_us(fn: Callable[[int], None], n: int, repeats: int) -> float:
     """Median over `repeats` runs of the mean per-call time of fn(n) (fn loops n times)."""
     samples = []
@@ -92,6 +99,55 @@ def main() -> int:
     trans_us = per_call_us(transitions_, n // 20, reps)
     assert cyc.mode is Mode.SPECULATING
 
+    # 3b. the shape-choosing goodput policy (issue 13) in steady SPECULATING at bs 32: every
+    # iteration feeds 32 accept lengths and a measured step time, no transition due
+    from specfsm.model.acceptance import DraftShape
+    from specfsm.model.costs import CostModel, load_table
+    from specfsm.policy.goodput import GoodputPolicy
+
+    launch = DraftShape.chain(3)
+    shapes = [DraftShape.chain(k) for k in (1, 2, 3, 5, 7)]
+    gp = GoodputPolicy(
+        CostModel(load_table("h200_sglang0517_llama8b"), launch), 2.4, shapes=shapes
+    )
+    gfsm = SpecFSM(gp, log=TransitionLog(json_logger(devnull)), shapes=shapes, shape=launch)
+    accepts = (3, 2, 4, 1, 3, 2, 3, 4) * 4
+    gobs = [
+        Observation(
+            iteration=i,
+            decode_bs=32,
+            running=32,
+            accept_lens=accepts,
+            accept_shape=launch,
+            step_ms=12.0,
+            step_bs=32,
+            step_shape=launch,
+            step_kind="spec",
+            shape=launch,
+        )
+        for i in range(1024)
+    ]
+    for i in range(4096):  # settle: the policy's probes and first decisions happen here
+        gfsm.step(Observation(**{**attrs_dict(gobs[i & 1023]), "iteration": i}))
+    gstep = gfsm.step
+    base = 4096
+    t_before = gfsm.transitions
+
+    def goodput_steady(k: int) -> None:
+        nonlocal base
+        for i in range(k):
+            o = gobs[i & 1023]
+            gstep(Observation(**{**attrs_dict(o), "iteration": base + i}))
+        base += k
+
+    def obs_only(k: int) -> None:
+        for i in range(k):
+            o = gobs[i & 1023]
+            Observation(**{**attrs_dict(o), "iteration": base + i})
+
+    goodput_us = per_call_us(goodput_steady, n // 10, reps) - per_call_us(obs_only, n // 10, reps)
+    goodput_moves = gfsm.transitions - t_before
+
     # 4. upstream SGLang adaptive decision, same run
     sglang_us: float | None = None
     try:
@@ -117,8 +173,13 @@ def main() -> int:
     if sglang_us is not None:
         print(f"{'sglang get_steps_for_batch':28s} {sglang_us:8.3f}")
         print(f"ratio specfsm steady / sglang adaptive: {steady_us / sglang_us:.2f}")
+    print(
+        f"{'goodput, 5 shapes, bs 32':28s} {goodput_us:8.3f}  (transitions while timed: "
+        f"{goodput_moves})"
+    )
     print(f"steady_state_us: {steady_us:.3f} (goal <= 0.5)")
     print(f"transition_us: {trans_us:.2f} (goal <= 30)")
+    print(f"goodput_shapes_steady_us: {goodput_us:.2f} (reported, no goal)")
     if sglang_us is not None:
         print(f"steady_vs_sglang_adaptive_ratio: {steady_us / sglang_us:.2f} (reported, no goal)")
     return 0
