@@ -39,3 +39,18 @@ def test_gpu_server_readme_gives_the_ctx4096_thresholds(
     assert printed["high"] != shipped["high"]
     readme = (EXAMPLE / "README.md").read_text()
     assert f"ThresholdPolicy(high={printed['high']}, low={printed['low']}" in readme
+
+
+def test_shapes_example_config_starts_on_its_launch_shape() -> None:
+    """specfsm_shapes.json is a valid config whose shapes the README's launch line (chain 7,
+    the widest) accepts, and whose goodput policy is priced for that launch shape."""
+    pytest.importorskip("specfsm_sglang")
+    from specfsm_sglang.config import Config, check_engine_shapes, check_policy_shape
+
+    data = json.loads((EXAMPLE / "specfsm_shapes.json").read_text())
+    cfg = Config.from_mapping(data)
+    readme = (EXAMPLE / "README.md").read_text()
+    launch = "--speculative-num-steps 7 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8"
+    assert launch in readme
+    check_engine_shapes(cfg, (1, 7, 8))
+    check_policy_shape(cfg.policy, (1, 7, 8))
