@@ -261,6 +261,7 @@ class GoodputPolicy(Hysteresis):
         self._exploring = False  # the current shape was chosen before it was ever measured
         self._initial = False  # in the first mode, before the policy's first event
         self._probe = False  # SPECULATING entered for a shape never measured
+        self._probe_shape: DraftShape | None = None  # that shape, until it is measured
         self._probe_plain = False  # PLAIN entered while it was never measured
 
     # ------------------------------------------------------------------ costs
@@ -539,13 +540,20 @@ class GoodputPolicy(Hysteresis):
                         ib, top = i, g
                 top *= 1000.0 * bs
                 spec = opt
-            past = top > plain * (1.0 + self.margin)
+            # a PLAIN entered as a probe, once measured, is left on the measurement alone (no
+            # margin: exploring is not a decision to hedge); once it stays, it is resolved
+            resolving = self._probe_plain and cal is not None and cal.measured(self._off_kind, None)
+            margin = 0.0 if resolving else self.margin
+            past = top > plain * (1.0 + margin)
             if past and self.plain != PLAIN_WARM:
                 past = self._catchup_pays(bs, ctx, it, off, spec[ib], acc[ib])
             self._shape_streak = 0
             ev = self._confirm(past, mode, it)
+            if ev is None and resolving:
+                self._probe_plain = False
             if ev is not None:
                 self._probe = cal is not None and not cal.measured(STEP_SPEC, cands[ib])
+                self._probe_shape = cands[ib] if self._probe else None
                 self._probe_plain = False
                 self.last_reason = (
                     f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
@@ -553,6 +561,24 @@ class GoodputPolicy(Hysteresis):
                 )
             return ev
         cur = self._cur
+        probe = self._probe_shape
+        if probe is not None:
+            # SPECULATING entered to probe a never-measured shape: the machine resumes at its
+            # current shape, so go to the probed one at once and hold until it is measured
+            # (else the probe would leave on the resumed shape's price, measuring nothing, and
+            # PLAIN would ask for it again after every dwell)
+            if cal is None or cal.measured(STEP_SPEC, probe):
+                self._probe_shape = None
+            elif mode is not Mode.SPECULATING or cands[cur] == probe:
+                return None
+            else:
+                self._shape_since = it
+                self._shape_streak = 0
+                self._exploring = True
+                self.next_shape = probe
+                self._cur = self._index[probe]
+                self.last_reason = f"goodput: probe {probe.label()} (never measured)"
+                return Event.RESHAPE
         now = 1000.0 * bs * acc[cur] / spec[cur]
         if (
             cal is not None
@@ -562,10 +588,16 @@ class GoodputPolicy(Hysteresis):
             # PLAIN never measured on this engine, speculation was: probe PLAIN once where its
             # optimistic price (x (1 - probe_discount)) says it may pay
             plain /= 1.0 - cal.probe_discount
-        past = plain > now * (1.0 + self.margin) and plain >= top
+        # a SPECULATING entered as a probe, once its shape is measured, is left on the
+        # measurement alone (no margin); once it stays, it is resolved
+        resolving = self._probe and cal is not None and cal.measured(STEP_SPEC, cands[cur])
+        past = plain > now * (1.0 + (0.0 if resolving else self.margin)) and plain >= top
         ev = self._confirm(past, mode, it)
+        if ev is None and resolving and mode is Mode.SPECULATING:
+            self._probe = False
         if ev is not None:
             self._probe = False
+            self._probe_shape = None
             self._probe_plain = cal is not None and not cal.measured(self._off_kind, None)
             self._shape_streak = 0
             self.last_reason = (
@@ -581,9 +613,10 @@ class GoodputPolicy(Hysteresis):
                     ib, top = i, g
         resume = self._shape_since < self._since  # no RESHAPE yet since entering the mode
         need = self.shape_margin
-        if self.shape_z > 0.0 and ib != cur and not resume:
+        if self.shape_z > 0.0 and ib != cur and not resume and not self._exploring:
             # both predictions hang on the fitted alpha: its error moves their ratio by
-            # d log(accept_b / accept_cur) / d alpha x sd(alpha)
+            # d log(accept_b / accept_cur) / d alpha x sd(alpha) (not when leaving a shape
+            # tried before it was ever measured: its measured cost answered the question)
             need += self.shape_z * abs(self._dlog[ib] - self._dlog[cur]) * self._alpha_sd
         if mode is not Mode.SPECULATING or ib == cur or top <= now * (1.0 + need):
             self._shape_streak = 0
