@@ -310,3 +310,21 @@ def test_plain_probes_a_never_measured_shape_its_interpolated_factor_rules_out()
     machine = ctl.machine
     assert machine.mode is Mode.SPECULATING and machine.shape == CHAIN1
     assert r.tok_s >= 0.99 * chain1.tok_s
+
+
+def test_a_probe_from_plain_reshapes_to_the_shape_it_came_for() -> None:
+    """LOAD_LOW for a never-measured shape: the machine resumes at its current shape, so the
+    policy RESHAPEs to the probed shape at once and measures it, instead of leaving on the
+    resumed shape's price and asking again after every dwell (ctx 4096 table, tree launch,
+    alpha 0.8, 128 requests: PLAIN wins; before, ~150 PLAIN/SPECULATING cycles in 5000
+    iterations)."""
+    from specfsm.sim.engine import run
+    from specfsm.sim.peers import ZERO_TAX_NAME, FSMController, lineup
+    from specfsm.sim.traces import fixed_concurrency
+
+    fit = CostModel(load_table(FIT), TREE)
+    score = CostModel(load_table("h200_sglang0517_llama8b_ctx4096"), TREE)
+    ctl = lineup(fit, TREE, 0.8, names=[ZERO_TAX_NAME])[0]
+    assert isinstance(ctl, FSMController)
+    r = run(ctl, fixed_concurrency(128), score, 0.8, iterations=1500)
+    assert r.switches <= 6 and ctl.machine.mode is Mode.PLAIN
