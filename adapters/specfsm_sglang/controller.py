@@ -302,6 +302,14 @@ class Controller:
                 f"({free0 / 2**20:.0f} MiB were free before building it; states built so far: "
                 f"{self.shape_builds}): drop shapes or lower --mem-fraction-static ({exc})",
             ) from None
+        except Exception as exc:
+            # e.g. a graph capture SGLang sized for the launch shape only: refuse in one line
+            # naming the shape instead of a scheduler traceback
+            raise ConfigError(
+                "shapes",
+                f"building the runtime state of {shape.label()} failed: "
+                f"{type(exc).__name__}: {exc}"[:600],
+            ) from exc
         used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
         self.shape_builds[shape.label()] = {
             "build_s": round(time.perf_counter() - t0, 3),

@@ -47,3 +47,23 @@ def test_no_graphs_nothing_to_grow() -> None:
     w = _worker(None)
     assert compat.grow_graph_logits(w, 1024) == 0
     assert w._target_worker.model_runner.graph_shared_output is None
+
+
+def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
+    """An error while SGLang builds a shape's runtime state becomes a ConfigError naming the
+    shape (one refusal line at start-up), not a scheduler traceback."""
+    from specfsm_sglang.config import ConfigError
+    from specfsm_sglang.controller import Controller
+
+    from specfsm.model.acceptance import DraftShape
+
+    def build(**kw: object) -> object:
+        raise AssertionError("shared logits buffer holds 256 rows but caller needs 384")
+
+    fake = SimpleNamespace(
+        worker=SimpleNamespace(build_adaptive_runtime_state=build), shape_builds={}, topk=1
+    )
+    with pytest.raises(ConfigError) as exc:
+        Controller._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
+    assert str(exc.value).startswith("shapes: building the runtime state of chain5 failed")
+    assert "needs 384" in str(exc.value)
