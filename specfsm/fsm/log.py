@@ -155,35 +155,26 @@ class TransitionLog:
         prev_shape: DraftShape | None = None,
         shape_us: float | None = None,
     ) -> None:
-        if shape is None:
-            self._log.info(
-                TRANSITION,
-                rank=self.rank,
-                iteration=iteration,
-                src=src.value,
-                dst=dst.value,
-                trigger=event.name,
-                reason=reason,
-                **(_NO_OBS if obs is None else self._obs(obs, src)),
-                exit_us=exit_us,
-                enter_us=enter_us,
-            )
-        else:
-            self._log.info(
-                TRANSITION,
-                rank=self.rank,
-                iteration=iteration,
-                src=src.value,
-                dst=dst.value,
-                trigger=event.name,
-                reason=reason,
-                **(_NO_OBS if obs is None else self._obs(obs, src)),
-                exit_us=exit_us,
-                enter_us=enter_us,
-                shape_from=prev_shape.label() if prev_shape is not None else None,
-                shape_to=shape.label(),
-                shape_us=shape_us,
-            )
+        extra: dict[str, object] = {}
+        if shape is not None:  # a RESHAPE: which shape to which, and how long the swap took
+            extra = {
+                "shape_from": prev_shape.label() if prev_shape is not None else None,
+                "shape_to": shape.label(),
+                "shape_us": shape_us,
+            }
+        self._log.info(
+            TRANSITION,
+            rank=self.rank,
+            iteration=iteration,
+            src=src.value,
+            dst=dst.value,
+            trigger=event.name,
+            reason=reason,
+            **(_NO_OBS if obs is None else self._obs(obs, src)),
+            exit_us=exit_us,
+            enter_us=enter_us,
+            **extra,
+        )
         if dst is Mode.SPECULATING and src is not Mode.SPECULATING:
             self.speculating_since = iteration
 
