@@ -73,13 +73,18 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   needs no standard-error term) waits only `debounce` iterations; leaving a shape that was
   tried before it was ever measured (it measured no better) one iteration; leaving a
   SPECULATING entered for such a shape, or a PLAIN entered before PLAIN was ever measured,
-  needs no debounce or dwell. PLAIN prices every shape never measured on this engine
-  optimistically (the calibration's `probe_discount` below the smallest measured factor, or
-  below PLAIN's factor while no speculative step was measured): a probe of that shape where
-  the optimistic price beats PLAIN, at most once per shape, since a measured shape is priced by
-  its own factor (an interpolated factor can be too high on another model size, e.g. chain1 on
-  the 32B-shaped table, and would never be tried); while PLAIN was never measured, SPECULATING
-  prices PLAIN so: one probe of PLAIN. In
+  needs no debounce or dwell. Such a probe (a PLAIN or a never-measured shape entered to measure
+  it) is judged, once measured, at the accept lengths' upper bound: each depth's rate raised by
+  `probe_z` standard errors of its (decayed) trials, never above the prior's
+  (`DepthAcceptance.accept_length_upper`): the start-up probes leave a few iterations of
+  verifies, and a chain1 judged 2.6 standard errors low there (ctx 4096, alpha 0.8, bs 64) kept
+  PLAIN for ~4000 iterations, where chain1 wins by less than `margin`. PLAIN prices every shape
+  never measured on this engine optimistically (the calibration's `probe_discount` below the
+  smallest measured factor, or below PLAIN's factor while no speculative step was measured): a
+  probe of that shape where the optimistic price beats PLAIN, at most once per shape, since a
+  measured shape is priced by its own factor (an interpolated factor can be too high on another
+  model size, e.g. chain1 on the 32B-shaped table, and would never be tried); while PLAIN was
+  never measured, SPECULATING prices PLAIN so: one probe of PLAIN. In
   PLAIN: LOAD_LOW when the best shape beats PLAIN by `margin` (with zero-tax PLAIN, and the
   catch-up check above for that shape). The first mode the policy sees was not chosen by it:
   no dwell and no debounce there (the prior decides at once: a tree launched at bs 256 leaves
@@ -163,6 +168,7 @@ class GoodputPolicy(Hysteresis):
         cal_ema: float = 0.1,
         depth_ema: float = 0.003,
         shape_z: float = 1.0,
+        probe_z: float = 2.0,
         rho: float = 0.5,
     ) -> None:
         try:
@@ -218,6 +224,7 @@ class GoodputPolicy(Hysteresis):
         self.shape_debounce = shape_debounce
         self.shape_dwell = shape_dwell
         self.shape_z = shape_z
+        self.probe_z = probe_z
         self.rho = rho
         #: the table measures several context lengths: price each iteration at its mean_ctx
         self.ctx_aware = len(self.prior.contexts) > 1
@@ -372,6 +379,22 @@ class GoodputPolicy(Hysteresis):
                 )
                 self._alpha_sd = d.alpha_sd()
         return self._acc
+
+    def _accepts_upper(self) -> tuple[float, ...]:
+        """Each candidate's accept length at its upper bound (`probe_z` standard errors per
+        depth, at most the prior's; `DepthAcceptance.accept_length_upper`)."""
+        d = self.depths
+        return tuple(d.accept_length_upper(s, self.probe_z) for s in self._cands)
+
+    @staticmethod
+    def _best(acc: Sequence[float], spec: Sequence[float], bs: int) -> tuple[int, float]:
+        """(index, goodput) of the candidate with the highest bs x accept / ms."""
+        ib, top = 0, -1.0
+        for i, (a, ms) in enumerate(zip(acc, spec, strict=True)):
+            g = a / ms
+            if g > top:
+                ib, top = i, g
+        return ib, top * 1000.0 * bs
 
     def accept_lengths(self) -> dict[DraftShape, float]:
         """Every candidate shape's accept length as predicted now (from the counts)."""
@@ -544,6 +567,11 @@ class GoodputPolicy(Hysteresis):
             # margin: exploring is not a decision to hedge); once it stays, it is resolved
             resolving = self._probe_plain and cal is not None and cal.measured(self._off_kind, None)
             margin = 0.0 if resolving else self.margin
+            if resolving and self.probe_z > 0.0:
+                # the shapes' accept lengths may rest on a few iterations of verifies: judge
+                # the probe at their upper bound (`probe_z` standard errors, at most the prior)
+                acc = self._accepts_upper()
+                ib, top = self._best(acc, spec, bs)
             past = top > plain * (1.0 + margin)
             if past and self.plain != PLAIN_WARM:
                 past = self._catchup_pays(bs, ctx, it, off, spec[ib], acc[ib])
@@ -591,7 +619,14 @@ class GoodputPolicy(Hysteresis):
         # a SPECULATING entered as a probe, once its shape is measured, is left on the
         # measurement alone (no margin); once it stays, it is resolved
         resolving = self._probe and cal is not None and cal.measured(STEP_SPEC, cands[cur])
-        past = plain > now * (1.0 + (0.0 if resolving else self.margin)) and plain >= top
+        if resolving and self.probe_z > 0.0:  # as in PLAIN: the accept lengths' upper bound
+            acc_u = self._accepts_upper()
+            past = (
+                plain > 1000.0 * bs * acc_u[cur] / spec[cur]
+                and plain >= self._best(acc_u, spec, bs)[1]
+            )
+        else:
+            past = plain > now * (1.0 + (0.0 if resolving else self.margin)) and plain >= top
         ev = self._confirm(past, mode, it)
         if ev is None and resolving and mode is Mode.SPECULATING:
             self._probe = False
@@ -693,6 +728,7 @@ _KEYWORDS: dict[str, type] = {
     "cal_ema": float,
     "depth_ema": float,
     "shape_z": float,
+    "probe_z": float,
 }
 
 

@@ -206,6 +206,26 @@ class DepthAcceptance:
             total += run
         return total
 
+    def accept_length_upper(self, shape: DraftShape, z: float) -> float:
+        """`accept_length` with each depth's p_d raised by z standard errors
+        (sqrt(p (1 - p) / (trials + w0))), but never above the larger of p_d and the prior's
+        f_b(prior_alpha): an upper bound for judging a probe that ran on few verifies, no more
+        optimistic than the prior."""
+        a = self.alpha_fit()
+        g, w0, a0 = self._g, self.depth_weight, self.prior_alpha
+        total, run = 1.0, 1.0
+        for depth, b in enumerate(self.widths(shape), 1):
+            we = _width_eff(b, self.rho)
+            f = a if b == 1 else 1.0 - (1.0 - a) ** we
+            f0 = a0 if b == 1 else 1.0 - (1.0 - a0) ** we
+            key = (b, depth)
+            n = self._trials.get(key, 0.0) / g + w0
+            p = (self._hits.get(key, 0.0) / g + w0 * f) / n
+            q = min(p + z * math.sqrt(max(p * (1.0 - p), 0.0) / n), max(p, f0))
+            run *= q
+            total += run
+        return total
+
     def trials(self, width: int, depth: int) -> float:
         """Effective (decayed) trials counted at (width, depth)."""
         return self._trials.get((width, depth), 0.0) / self._g

@@ -328,3 +328,34 @@ def test_a_probe_from_plain_reshapes_to_the_shape_it_came_for() -> None:
     assert isinstance(ctl, FSMController)
     r = run(ctl, fixed_concurrency(128), score, 0.8, iterations=1500)
     assert r.switches <= 6 and ctl.machine.mode is Mode.PLAIN
+
+
+def test_a_probe_is_judged_at_the_upper_bound_of_few_verifies() -> None:
+    """ctx 4096 table, chain3 launch, alpha 0.8, 64 requests, where chain1 beats PLAIN by
+    ~1.6 %: the start-up probes leave PLAIN measured after 5 iterations whose verifies put
+    chain1 at 1.74 tokens (0.8 true, 1.8). Judged on that estimate the probe stays in PLAIN
+    (and then needs the 2 % margin: ~4000 iterations); judged at the estimate's upper bound
+    (`probe_z` standard errors per depth, at most the prior) it goes back to chain1 at once."""
+    from specfsm.sim.engine import run
+    from specfsm.sim.peers import ZERO_TAX_NAME, FSMController, lineup
+    from specfsm.sim.traces import fixed_concurrency
+
+    fit = CostModel(load_table(FIT), CHAIN3)
+    score = CostModel(load_table("h200_sglang0517_llama8b_ctx4096"), CHAIN3)
+    ctl = lineup(fit, CHAIN3, 0.8, names=[ZERO_TAX_NAME])[0]
+    assert isinstance(ctl, FSMController)
+    r = run(ctl, fixed_concurrency(64), score, 0.8, seed=0, iterations=600)
+    assert ctl.machine.mode is Mode.SPECULATING and ctl.machine.shape == CHAIN1
+    assert r.switches <= 12
+
+
+def test_accept_length_upper_bound() -> None:
+    d = DepthAcceptance(0.8, initial_weight=0.0)
+    d.observe(CHAIN1, [1] * 26 + [2] * 74)  # 0.74 at depth 1 from 100 verifies
+    est = d.accept_length(CHAIN1)
+    assert est < d.accept_length_upper(CHAIN1, 1.0) < d.accept_length_upper(CHAIN1, 2.0)
+    assert d.accept_length_upper(CHAIN1, 10.0) == pytest.approx(1.8)  # capped at the prior
+    assert d.accept_length_upper(CHAIN1, 0.0) == pytest.approx(est)
+    hi = DepthAcceptance(0.5, initial_weight=0.0)
+    hi.observe(CHAIN1, [2] * 100)  # above the prior: no raise
+    assert hi.accept_length_upper(CHAIN1, 2.0) == pytest.approx(hi.accept_length(CHAIN1))
