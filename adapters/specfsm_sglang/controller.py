@@ -143,9 +143,11 @@ class Controller:
             draft_extend_attn_backend=dw.draft_extend_attn_backend,
             cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
         )
+        #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
+        self.graph_bs = _graph_bs()
         t0 = time.perf_counter()
         self.plain_state = worker.build_adaptive_runtime_state(
-            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=_graph_bs()
+            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
         )
         self.build_plain_s = time.perf_counter() - t0
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
@@ -155,15 +157,20 @@ class Controller:
         #: per shape: build seconds and device bytes (0 on CPU), for the config log line
         self.shape_builds: dict[str, dict[str, float]] = {}
         shapes = config.engine_shapes(cfg, self.launch_shape)[1:]
-        if any(s.topk != self.topk for s in shapes) and (miss := relay.missing_methods(worker)):
+        narrower = any(s.topk != self.topk for s in shapes)
+        if narrower and (miss := relay.missing_methods(worker)):
             raise ConfigError(
                 "shapes",
                 f"shapes of another top-k than the server's need the draft worker's {miss}, "
                 f"which this SGLang ({compat.sglang_version()}) lacks",
             )
+        if self.graph_bs and shapes:
+            # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
+            widest = max(s.draft_tokens for s in (self.launch_shape, *shapes))
+            compat.grow_graph_logits(worker, max(self.graph_bs) * widest)
         for shape in shapes:
             self.shape_states[shape] = self._build_shape_state(shape)
-        if any(s.topk != self.topk for s in shapes):
+        if narrower:
             # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
             relay.install(worker, self.topk)
 
@@ -293,7 +300,7 @@ class Controller:
                 state = self.worker.build_adaptive_runtime_state(
                     speculative_num_steps=shape.steps,
                     speculative_num_draft_tokens=shape.draft_tokens,
-                    cuda_graph_bs=_graph_bs(),
+                    cuda_graph_bs=self.graph_bs,
                 )
         except torch.OutOfMemoryError as exc:
             raise ConfigError(

@@ -26,7 +26,6 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, config
 from specfsm_sglang.config import Config, ConfigError, StartRefused
 
@@ -204,15 +203,8 @@ def register(cfg: Config) -> None:
         ctl.start_metrics(compat.metrics_labels(self))
 
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        from specfsm_sglang.controller import Controller, _graph_bs
+        from specfsm_sglang.controller import Controller
 
-        graph_bs = _graph_bs()
-        topk, steps, tokens = config.server_shape(self.server_args)
-        if graph_bs and steps > 0:
-            # the wider shapes' graphs need more rows in SGLang's shared logits buffer
-            launch = DraftShape(topk, steps, tokens if tokens is not None else steps + 1)
-            widest = max(s.draft_tokens for s in config.engine_shapes(cfg, launch))
-            compat.grow_graph_logits(self, max(graph_bs) * widest)
         try:
             ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
         except ConfigError as exc:  # e.g. the lag buffer does not fit: refuse in one line

@@ -61,7 +61,10 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
         raise AssertionError("shared logits buffer holds 256 rows but caller needs 384")
 
     fake = SimpleNamespace(
-        worker=SimpleNamespace(build_adaptive_runtime_state=build), shape_builds={}, topk=1
+        worker=SimpleNamespace(build_adaptive_runtime_state=build),
+        shape_builds={},
+        topk=1,
+        graph_bs=None,
     )
     with pytest.raises(ConfigError) as exc:
         Controller._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
