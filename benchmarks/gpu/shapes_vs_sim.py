@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specfsm.model.acceptance import DraftShape, alpha_from_accept_length, parse_shape
+from specfsm.model.acceptance import alpha_from_accept_length, parse_shape, shape_text
 from specfsm.model.costs import CostModel, load_table
 from specfsm.policy.goodput import GoodputPolicy
 from specfsm.sim.engine import run
@@ -76,7 +76,7 @@ def main() -> int:
                     s = parse_shape(k)
                     priced[k] = 1000.0 * c * float(v["accept_length"]) / m.spec_ms(c, s)
             best_p = max(priced, key=lambda k: priced[k])
-            acc = statics[launch_label(launch)].get("accept_length") or 1.0
+            acc = statics[shape_text(launch)].get("accept_length") or 1.0
             alpha = alpha_from_accept_length(float(acc), launch)
             cost = CostModel(table, launch)
             sim: dict[str, float] = {}
@@ -110,13 +110,6 @@ def main() -> int:
     if args.markdown:
         args.markdown.write_text(text + "\n")
     return 0
-
-
-def launch_label(shape: DraftShape) -> str:
-    """The suite's label of a shape (ShapeCycle target): chainN or topk,steps,tokens."""
-    if shape.is_chain:
-        return f"chain{shape.steps}"
-    return f"{shape.topk},{shape.steps},{shape.draft_tokens}"
 
 
 if __name__ == "__main__":

@@ -322,13 +322,17 @@ class Suite:
 
     def shape_labels(self) -> list[str]:
         """The launch shape and the configured extra shapes, as ShapeCycle targets."""
-        steps, topk, tokens = (
-            SHAPES[self.args.spec]["speculative_num_steps"],
-            SHAPES[self.args.spec]["speculative_eagle_topk"],
-            SHAPES[self.args.spec]["speculative_num_draft_tokens"],
+        from specfsm.model.acceptance import DraftShape, shape_text
+
+        spec = SHAPES[self.args.spec]
+        launch = shape_text(
+            DraftShape(
+                spec["speculative_eagle_topk"],
+                spec["speculative_num_steps"],
+                spec["speculative_num_draft_tokens"],
+            )
         )
         extra = json.loads(self.args.fsm_config).get("shapes", [])
-        launch = f"chain{steps}" if topk == 1 else f"{topk},{steps},{tokens}"
         return [launch, *[str(x) for x in extra if str(x) != launch]]
 
     def phase_shapes(self) -> None:
