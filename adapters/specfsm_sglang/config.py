@@ -48,6 +48,14 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     launch shape. A goodput policy's "shapes" must be among them (or, when this
                     key is absent, become them)
 
+  profile           the start-up profile (specfsm_sglang.profile): before serving, the engine
+                    measures each shape's and PLAIN's step per batch size with synthetic
+                    requests and prices the goodput policy with the result. null / false (off,
+                    default), true, or {"bs": [1, 8, 32] (default: the decode CUDA-graph batch
+                    sizes; 1, 2, 4 without graphs), "forwards": 4 (measured per point),
+                    "prompt_tokens": 256, "save": "/path/profile-{rank}.csv" (default: a temporary
+                    file), "max_seconds": 300}. Needs the goodput policy; not with DP attention
+
 Every value is checked before SGLang starts a worker. A refusal is a `ConfigError` whose text is
 one line, ``<key>: <reason>`` (e.g. ``observe_seconds: expected a number >= 0, got 'soon'``);
 at start-up it is printed as ``specfsm: refusing to start: <key>: <reason>``.
@@ -284,13 +292,86 @@ def check_engine_shapes(
                 "untested (an idle DP rank's draft input and the DP prefill coordination take "
                 "the attached top-k, not the relay's); use shapes of the server's top-k there",
             )
+    if cfg.profile_spec is not None:
+        check_profile(cfg, dp_attention)
     for s in policy_shapes(cfg.policy):
         if s not in built:
             raise ConfigError(
                 "policy.shapes",
                 f"{s.label()} is not among the engine's shapes "
-                f"{[b.label() for b in built]}: add it to the config's \"shapes\"",
+                f'{[b.label() for b in built]}: add it to the config\'s "shapes"',
             )
+
+
+# ------------------------------------------------------------------------------- profile
+def check_profile(cfg: Config, dp_attention: bool = False) -> None:
+    """Refuse a start-up profile nothing would use, or one this engine cannot run: it prices
+    the goodput policy's choices (its ``profile``), and it is not built for DP attention."""
+    pol = cfg.policy
+    name = pol.get("name") if isinstance(pol, Mapping) else None
+    if name != "goodput":
+        raise ConfigError(
+            "profile",
+            f"the start-up profile prices the goodput policy's choices; the policy is "
+            f'{name!r}: use {{"name": "goodput", ...}} or drop "profile"',
+        )
+    if "profile" in pol:
+        raise ConfigError(
+            "profile",
+            "the policy names a profile table too (policy.profile): give one of them",
+        )
+    if dp_attention:
+        raise ConfigError("profile", "not supported with DP attention (untested)")
+
+
+PROFILE_KEYS = ("bs", "forwards", "prompt_tokens", "save", "max_seconds")
+
+
+@attrs.frozen(kw_only=True)
+class ProfileSpec:
+    """The checked ``profile`` configuration."""
+
+    #: batch sizes to measure (None: the decode CUDA-graph batch sizes, `NO_GRAPH_BS` on CPU)
+    bs: tuple[int, ...] | None = None
+    #: measured decode forwards per (target, batch size)
+    forwards: int = 4
+    #: prompt tokens of each profile request
+    prompt_tokens: int = 256
+    #: CSV path of the rows (None: a temporary file)
+    save: str | None = None
+    #: the whole profile's time budget: batch sizes left when it is spent are skipped
+    max_seconds: float = 300.0
+
+
+def parse_profile(key: str, value: object) -> ProfileSpec | None:
+    """``profile``: null / false (off), true (defaults) or an object of `PROFILE_KEYS`."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ProfileSpec()
+    obj = check_object(
+        key, value, 'true, or {"bs": [1, 8, 32], "forwards": 4, "prompt_tokens": 256, ...}'
+    )
+    check_keys(key, obj, PROFILE_KEYS)
+    bs: tuple[int, ...] | None = None
+    if obj.get("bs") is not None:
+        raw = obj["bs"]
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(f"{key}.bs", f"expected a non-empty list of batch sizes, got {raw!r}")
+        bs = tuple(sorted({check_int(f"{key}.bs", b, 1) for b in raw}))
+    save = obj.get("save")
+    if save is not None and (not isinstance(save, str) or not save):
+        raise ConfigError(f"{key}.save", f"expected a CSV path or null, got {save!r}")
+    secs = obj.get("max_seconds", 300.0)
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not secs > 0:
+        raise ConfigError(f"{key}.max_seconds", f"expected a number > 0, got {secs!r}")
+    return ProfileSpec(
+        bs=bs,
+        forwards=check_int(f"{key}.forwards", obj.get("forwards", 4), 1),
+        prompt_tokens=check_int(f"{key}.prompt_tokens", obj.get("prompt_tokens", 256), 1),
+        save=save,
+        max_seconds=float(secs),
+    )
 
 
 # ------------------------------------------------------------------------------- the config
@@ -351,6 +432,8 @@ class Config:
     #: draft shapes besides the launch shape that SPECULATING may RESHAPE to (labels as
     #: `parse_shape` reads them); each gets a runtime state built at start-up
     shapes: list[str] = attrs.field(factory=list, validator=_v(lambda k, v: check_shapes(k, v)))
+    #: the start-up profile (`specfsm_sglang.profile`): null/false off, true, or its object
+    profile: Any = attrs.field(default=None, validator=_v(lambda k, v: parse_profile(k, v)))
     #: the policy built while validating `policy`, handed to the first `take_policy()`
     _built_policy: Policy | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
@@ -366,6 +449,11 @@ class Config:
             return make_policy(self.policy)
         object.__setattr__(self, "_built_policy", None)
         return built
+
+    @property
+    def profile_spec(self) -> ProfileSpec | None:
+        """The checked start-up profile, or None when it is off."""
+        return parse_profile("profile", self.profile)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from specfsm_sglang.consensus import GlobalLoad
     from specfsm_sglang.metrics import Metrics
     from specfsm_sglang.plain import ZeroTaxPlain
+    from specfsm_sglang.profile import ProfileResult
 
 
 class ControllerObserver:
@@ -324,6 +325,28 @@ class Controller:
         }
         return state
 
+    def apply_profile(self, result: ProfileResult) -> None:
+        """Price the configured goodput policy with the start-up profile's rows (its
+        ``profile``: `specfsm_sglang.profile`) and log what was measured; with no row measured
+        the configured policy stays as built. ConfigError when the policy refuses the rows."""
+        line: dict[str, object] = {
+            "profile": {
+                "path": result.path,
+                "seconds": result.seconds,
+                "rows": len(result.rows),
+                "ctx": result.ctx,
+                "phases": result.phases,
+                "skipped": result.skipped,
+            }
+        }
+        if result.rows:
+            spec = {**self.cfg.policy, "profile": result.path}
+            self.fsm.policy = make_policy(spec, key="profile")
+            line["policy"] = self.fsm.policy.describe()
+        else:
+            line["profile"]["note"] = "nothing measured: the policy keeps its table"  # type: ignore[index]
+        self.log.config(line, iteration=self.iteration)
+
     def topk_of(self, state: Any) -> int:
         """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
         launch and the 1-wide states)."""
@@ -540,7 +563,7 @@ class Controller:
                         raise ConfigError(
                             "control.policy.shapes",
                             f"{s.label()} has no runtime state on this server (built: "
-                            f"{[b.label() for b in self.shape_states]}; config key \"shapes\")",
+                            f'{[b.label() for b in self.shape_states]}; config key "shapes")',
                         )
                 policy = make_policy(change.policy, key="control.policy")
             else:

@@ -5,7 +5,8 @@
 | ServerArgs.check_server_args (parent; always) | AFTER | check everything before workers start |
 | Scheduler.__init__                          | BEFORE | refuse unsupported configurations         |
 | Scheduler.__init__                          | AFTER  | prove the worker hooks ran (else refuse); |
-|                                             |        | metrics with SGLang's labels              |
+|                                             |        | metrics with SGLang's labels; the         |
+|                                             |        | start-up profile (config ``profile``)     |
 | EAGLEWorkerV2.init_cuda_graphs              | AFTER  | build the 1-wide state, the controller    |
 | EAGLEWorkerV2.forward_batch_generation      | AROUND | decide, transition, check contracts       |
 | EAGLEWorkerV2.on_verify_complete_cpu        | AFTER  | accept lengths of the processed verify    |
@@ -201,6 +202,14 @@ def register(cfg: Config) -> None:
         # SGLang's metrics collector exists by now (init_metrics_collector runs before
         # init_model_worker); specfsm's series take its labels on the rank that exports them
         ctl.start_metrics(compat.metrics_labels(self))
+        spec = cfg.profile_spec
+        if spec is not None:
+            from specfsm_sglang.profile import StartupProfile
+
+            try:
+                ctl.apply_profile(StartupProfile(spec, ctl, self).run())
+            except ConfigError as exc:
+                _refuse(exc)
 
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller

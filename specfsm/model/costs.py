@@ -49,6 +49,12 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
   where the table has no separate extend model). The target hidden states for the lag positions
   are kept by the adapter's lag buffer. RESYNCING, warm: one warm step (the draft never fell
   behind).
+* whole steps measured in the engine (the SGLang adapter's start-up profile, config
+  ``profile``, written in this format): a ``spec_step_<topk>x<steps>x<K>`` series prices that
+  shape's speculative iteration as measured (decode-to-decode wall time inside the scheduler,
+  overlap as served), a ``plain_step`` series the zero-tax PLAIN step; interpolated in bs like
+  any row, flat in ctx outside the context they were measured at. A shape without its series is
+  priced from its forwards as above (`CostModel.unmeasured` says which).
 * prefill of n prompt tokens: n x the cheapest per-token cost in the table (target and draft at
   the largest bs x q), a stated approximation: the tables hold no prefill shapes.
 
@@ -74,6 +80,20 @@ PLAIN_WARM_MODEL = "plain_warm_step"
 #: The zero-tax PLAIN step measured inside the engine (q=1), stored as the table's decode row x the
 #: measured zero-tax/decode ratio; see `CostModel.zero_tax_ms`.
 PLAIN_ZERO_TAX_MODEL = "plain_zero_tax_step"
+
+#: Whole steps measured inside the engine by its start-up profile (the SGLang adapter's config
+#: ``profile``): one speculative iteration of a shape (model ``spec_step_<topk>x<steps>x<K>``,
+#: q = K) and one zero-tax PLAIN step (``plain_step``, q=1), milliseconds as measured (not a
+#: ratio). Where a table holds them they price that shape's iteration / the zero-tax step
+#: directly, instead of the sum of its forwards; see `CostModel.spec_ms` and `zero_tax_ms`.
+SPEC_STEP_PREFIX = "spec_step_"
+PLAIN_STEP_MODEL = "plain_step"
+
+
+def spec_step_model(shape: DraftShape) -> str:
+    """The whole-step model name of `shape`'s speculative iteration (``spec_step_1x3x4``)."""
+    return f"{SPEC_STEP_PREFIX}{shape.topk}x{shape.steps}x{shape.draft_tokens}"
+
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
@@ -279,6 +299,18 @@ def overlay_table(prior: CostTable, profile: CostTable) -> CostTable:
     return CostTable([*rows, *profile.rows], f"{profile.source or 'profile'}>{prior.source}")
 
 
+def _step_shape(model: str) -> DraftShape | None:
+    """The shape a ``spec_step_<topk>x<steps>x<K>`` model name measures, or None."""
+    parts = model[len(SPEC_STEP_PREFIX) :].split("x")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    topk, steps, k = (int(p) for p in parts)
+    try:
+        return DraftShape(topk, steps, k)
+    except ValueError:
+        return None
+
+
 def load_table(name_or_path: str) -> CostTable:
     """Load a table from a file path, or by package-data name (e.g. ``h200_llama8b_shared_ref``).
     ``"a+b"`` loads both and merges them (`merge_tables`), e.g.
@@ -348,7 +380,15 @@ class CostModel:
         self._memo: dict[tuple[str, float, float], float] = {}
         self._near: dict[int, CostModel] = {}  # at_ctx_bucket's models, by bucketed ctx
         self.plain_warm_measured = PLAIN_WARM_MODEL in table.models
-        self.zero_tax_measured = PLAIN_ZERO_TAX_MODEL in table.models
+        #: shapes whose whole speculative iteration the table measures (`spec_step_model`)
+        self.step_shapes = frozenset(
+            s
+            for m in table.models
+            if m.startswith(SPEC_STEP_PREFIX) and (s := _step_shape(m)) is not None
+        )
+        #: the zero-tax PLAIN step measured whole (``plain_step``, absolute ms)
+        self.plain_step_measured = PLAIN_STEP_MODEL in table.models
+        self.zero_tax_measured = self.plain_step_measured or PLAIN_ZERO_TAX_MODEL in table.models
         self.prefill_ms_per_token_target = self.target_ms(t_bs, t_q) / (t_bs * t_q)
         self.prefill_ms_per_token_draft = self.extend_ms(d_bs, d_q) / (d_bs * d_q)
 
@@ -424,6 +464,8 @@ class CostModel:
         s = shape if shape is not None else self.shape
         if bs <= 0:
             return 0.0
+        if s in self.step_shapes:  # measured whole in the engine (start-up profile)
+            return self._lookup(spec_step_model(s), bs, s.draft_tokens)
         return (
             self.target_ms(bs, s.draft_tokens)
             + (s.steps - 1) * self.draft_ms(bs, s.topk)
@@ -437,6 +479,8 @@ class CostModel:
         the draft-extend's q = draft_tokens); empty when every forward is measured."""
         s = shape if shape is not None else self.shape
         out: list[str] = []
+        if s in self.step_shapes:
+            return out
 
         def qs(model: str) -> list[int]:
             ctxs = self.table.contexts(model)
@@ -518,6 +562,8 @@ class CostModel:
         `zero_tax_ratio` (see the module docstring)."""
         if bs <= 0:
             return 0.0
+        if self.plain_step_measured:  # measured whole in the engine (start-up profile)
+            return self._lookup(PLAIN_STEP_MODEL, bs, 1)
         return self.plain_ms(bs) * self.zero_tax_ratio(bs)
 
     def off_ms(self, bs: float, plain: str = PLAIN_ZERO_TAX) -> float:
