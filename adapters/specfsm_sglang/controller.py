@@ -246,6 +246,10 @@ class Controller:
         except Exception:  # single process without published parallel context
             pass
 
+        #: the start-up profile's CSV (`apply_profile`), and the configured policy's spec
+        #: (priced with it once there is one): what an unpin goes back to
+        self.profile_path: str | None = None
+        self.policy_spec: dict[str, Any] = cfg.policy
         self.control_file = cfg.control_file
         self.control_every = cfg.control_every
         self._control = ControlFile(cfg.control_file or "")
@@ -340,12 +344,20 @@ class Controller:
             }
         }
         if result.rows:
-            spec = {**self.cfg.policy, "profile": result.path}
-            self.fsm.policy = make_policy(spec, key="profile")
+            self.profile_path = result.path
+            self.policy_spec = self.with_profile(self.cfg.policy)
+            self.fsm.policy = make_policy(self.policy_spec, key="profile")
             line["policy"] = self.fsm.policy.describe()
         else:
             line["profile"]["note"] = "nothing measured: the policy keeps its table"  # type: ignore[index]
         self.log.config(line, iteration=self.iteration)
+
+    def with_profile(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """`spec` priced with this engine's start-up profile: a goodput policy naming no
+        ``profile`` of its own gets it (the configured one, an unpin, a control-file swap)."""
+        if self.profile_path and spec.get("name") == "goodput" and "profile" not in spec:
+            return {**spec, "profile": self.profile_path}
+        return spec
 
     def topk_of(self, state: Any) -> int:
         """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
@@ -565,9 +577,9 @@ class Controller:
                             f"{s.label()} has no runtime state on this server (built: "
                             f'{[b.label() for b in self.shape_states]}; config key "shapes")',
                         )
-                policy = make_policy(change.policy, key="control.policy")
+                policy = make_policy(self.with_profile(change.policy), key="control.policy")
             else:
-                policy = make_policy(self.cfg.policy)  # unpin: back to the configured one
+                policy = make_policy(self.policy_spec)  # unpin: back to the configured one
         except ConfigError as exc:
             self._log_control("refused", str(exc), content)
             return

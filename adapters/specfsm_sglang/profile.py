@@ -361,12 +361,14 @@ class StartupProfile:
         # a warm-up phase at the smallest size first (first calls, lazy allocations, JIT)
         self._todo = [sizes[0], *sizes] if sizes else []
         saved_policy = ctl.fsm.policy
-        sender = sched.ipc_channels.send_to_detokenizer
-        socket = sender.socket
+        # the profile's outputs (and aborts) go nowhere, as on a TP rank other than 0
+        senders = [sched.ipc_channels.send_to_detokenizer, sched.ipc_channels.send_to_tokenizer]
+        sockets = [x.socket for x in senders]
         receiver = sched.request_receiver
         obs = _Observer(self)
         ctl.fsm.policy = self.schedule
-        sender.socket = None
+        for x in senders:
+            x.socket = None
         sched.request_receiver = _Receiver(receiver, self)
         ctl.observers.append(obs)
         try:
@@ -378,7 +380,8 @@ class StartupProfile:
             sched.last_batch = None
             ctl.observers.remove(obs)
             sched.request_receiver = receiver
-            sender.socket = socket
+            for x, sock in zip(senders, sockets, strict=True):
+                x.socket = sock
             ctl.fsm.policy = saved_policy
             ctl._prev_t = 0.0
         ctx = round(obs.ctx_sum / obs.ctx_n) if obs.ctx_n else self.spec.prompt_tokens
