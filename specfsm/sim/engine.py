@@ -9,8 +9,9 @@ One *run* serves one load trace with one controller. Each iteration:
    controllers that have a draft).
 2. the controller picks what this iteration runs, at decode batch size bs:
    SPEC (a speculative iteration of some draft shape), PLAIN (plain decode, draft cold: a
-   server without a draft, TensorRT-LLM's off mode), ZERO_TAX (specfsm's zero-tax PLAIN step,
-   `CostModel.zero_tax_ms`: the measured ~1.01x a decode step; draft cold), WARM (a 1-token
+   server without a draft), ZERO_TAX (specfsm's zero-tax PLAIN step and TensorRT-LLM's off
+   step, `CostModel.zero_tax_ms`: the measured ~1.01x a decode step; draft cold but catchable
+   in one RESYNC, see `specfsm.sim.baselines`), WARM (a 1-token
    verify + a 1-token draft-extend that keeps the draft warm: SGLang steps=0, vLLM K=0,
    specfsm's warm PLAIN), RESYNC (a zero-tax PLAIN step + a batched draft-extend over every
    request's lag tokens, `CostModel.resync_ms`; the catch-up is an estimate from the table's
@@ -22,7 +23,9 @@ One *run* serves one load trace with one controller. Each iteration:
    The uniform a request's verify draws hashes the seed, the request's admission index and
    its tokens so far (`_Decode.uniforms`): common random numbers, so controllers that verify
    the same request at the same position with the same shape accept the same tokens, and
-   a comparison is not moved by which draws each happened to consume.
+   a comparison is not moved by which draws each happened to consume. Request k's prompt and
+   output lengths are a function of k alone (`_Requests.lengths`), however the admissions
+   were batched, so two controllers serve the same requests.
    A controller with ``cold_return = True`` (the skip-flag SGLang peer) re-enters cold: a
    request whose draft fell behind (lag > 0) at a SPEC iteration accepts less for its next
    `baselines.COLD_ROUNDS` SPEC rounds (accepted drafts x `baselines.COLD_EXTRA_FACTOR`, the
@@ -196,6 +199,10 @@ class _Arrivals:
         return min(self.next_arrival, end_t) if self.load.kind == "poisson" else t + 0.001
 
 
+#: request lengths are drawn in blocks of this many admission indices (`_Requests.lengths`)
+LENGTH_BLOCK = 4096
+
+
 class _Requests:
     """The requests in the system, one slot each (numpy arrays of `max_running` slots)."""
 
@@ -214,6 +221,8 @@ class _Requests:
         self.key = np.zeros(cap, dtype=np.uint64)  # admission index (same across controllers)
         self.n_admitted = 0
         self.free_idx = np.arange(cap)
+        self._len_p = np.zeros(0, dtype=np.int64)  # lengths by admission index (`lengths`)
+        self._len_o = np.zeros(0, dtype=np.int64)
 
     def n_alive(self) -> int:
         return int(self.alive.sum())
@@ -224,16 +233,30 @@ class _Requests:
     def mean_ctx(self, bs: int) -> int:
         return int(self.ctx_len[self.decoding].sum()) // bs if bs else 0
 
+    def lengths(self, first: int, n: int) -> tuple[Any, Any]:
+        """(prompt, output) lengths of the requests of admission index first..first+n-1: a
+        function of the index alone (drawn in fixed blocks of `LENGTH_BLOCK` indices), so every
+        controller serves the same request k however its admissions were batched. (Drawing
+        prompts then outputs per admitted batch, as before, interleaved the two streams by
+        batch: after the first iteration where two controllers admitted differently, request k
+        had other lengths, and the sum over a 4000-iteration window of ~1200 requests moved
+        tok/s by ~1 % between controllers holding the same state.)"""
+        np, wl = self.np, self.wl
+        while self._len_p.size < first + n:
+            p = self.rng.integers(wl.prompt_len[0], wl.prompt_len[1] + 1, size=LENGTH_BLOCK)
+            o = self.rng.integers(wl.output_len[0], wl.output_len[1] + 1, size=LENGTH_BLOCK)
+            self._len_p = np.concatenate([self._len_p, p])
+            self._len_o = np.concatenate([self._len_o, o])
+        return self._len_p[first : first + n], self._len_o[first : first + n]
+
     def admit(self, arrivals: list[float]) -> tuple[Any, Any]:
-        """Give each arrival a slot and its lengths (drawn in arrival order, identical across
-        controllers); returns (slots, prompt lengths)."""
+        """Give each arrival a slot and its lengths (by admission index, identical across
+        controllers: `lengths`); returns (slots, prompt lengths)."""
         n_new = len(arrivals)
         slots = self.free_idx[~self.alive][:n_new]
         if not n_new:
             return slots, None
-        wl = self.wl
-        p = self.rng.integers(wl.prompt_len[0], wl.prompt_len[1] + 1, size=n_new)
-        o = self.rng.integers(wl.output_len[0], wl.output_len[1] + 1, size=n_new)
+        p, o = self.lengths(self.n_admitted, n_new)
         self.alive[slots] = True
         self.out_len[slots] = o
         self.remaining[slots] = o - 1
