@@ -35,10 +35,25 @@ its best parameters FITTED on the fit table (then scored on another table by the
 * TensorRT-LLM (`DraftLenScheduleController`, ``trtllm-schedule``): ``draft_len_schedule``
   {max batch size: draft length} (a batch above the largest key runs draft length 0, i.e. no
   speculation) + ``max_concurrency`` (no speculation above it), by the number of active
-  requests, no hysteresis. Off is a true plain decode; turning on again pays a catch-up (a RESYNC
-  iteration, priced as specfsm's zero-tax RESYNCING). `fit_draft_len_schedule`: per bs the best
-  draft length 0..7 on the fit table (0 priced as a plain decode), compressed into the schedule;
-  max_concurrency = the largest bs with a draft length > 0.
+  requests, no hysteresis. Off is a ZERO_TAX step (`CostModel.zero_tax_ms`, the cost of
+  specfsm's zero-tax PLAIN step: a target decode that also keeps the target hidden states of
+  every token it produces); turning on again pays one catch-up iteration (a RESYNC, priced as
+  specfsm's zero-tax RESYNCING: one batched draft-extend over every request's lag).
+  `fit_draft_len_schedule`: per bs the best draft length 0..7 on the fit table (0 priced as that
+  zero-tax step), compressed into the schedule; max_concurrency = the largest bs with a draft
+  length > 0.
+
+  Why off is not a true plain decode (an earlier version priced it so): for EAGLE, a catch-up
+  in ONE iteration after an off period must feed the draft the target's hidden states of every
+  token produced while off, so the off steps must have captured them, and that capture is
+  exactly what specfsm's zero-tax step pays for (measured 1.001-1.013x a decode step on the
+  H200, docs/zero-tax.md). A real TensorRT-LLM does one of two things instead: it leaves the
+  draft stale while off (its known bug, TensorRT-LLM PR #16888: "the acceptance rate silently
+  collapsed for the remainder of every affected request"), or, with that PR's fix, floors the
+  draft length at 1, never off. A plain-decode off step plus a one-iteration catch-up is
+  neither: it is cheaper than anything an EAGLE server can run. The ZERO_TAX off step is the
+  strongest physically consistent version (off, the draft kept catchable, then the one-iteration
+  catch-up); no other peer is changed, each keeps its best fitted parameters.
 
 "Fitted" means a grid search over each rule's parameter (K, steps, draft length in 0..7 per
 batch size) on the fit table's predicted goodput at the cell's alpha (`CostModel.spec_tps` with
@@ -203,9 +218,10 @@ def fit_draft_len_schedule(
     fit: CostModel, alpha: float, max_bs: int = 256
 ) -> tuple[dict[int, int], int]:
     """TensorRT-LLM (draft_len_schedule, max_concurrency) fitted on `fit`: per bs the best draft
-    length 0..7 (0 priced as a plain decode: off is a true plain decode), compressed into
-    {largest bs of a run: draft length}; max_concurrency = the largest bs with a length > 0."""
-    ks = [best_k(fit, bs, alpha, "plain") for bs in range(1, max_bs + 1)]
+    length 0..7 (0 priced as a zero-tax step: what its off step runs, see the module docstring),
+    compressed into {largest bs of a run: draft length}; max_concurrency = the largest bs with a
+    length > 0."""
+    ks = [best_k(fit, bs, alpha, "zero_tax") for bs in range(1, max_bs + 1)]
     sched: dict[int, int] = {}
     for bs, k in enumerate(ks, 1):
         if bs == max_bs or ks[bs] != k:
@@ -262,8 +278,9 @@ class SkipZeroStepController(SGLangAdaptiveController):
 
 class DraftLenScheduleController(Controller):
     """TensorRT-LLM: draft length from ``draft_len_schedule`` by active requests (a batch above
-    the largest key: 0), speculation off above ``max_concurrency``; no hysteresis; off is a true
-    plain decode; turning on pays a catch-up (RESYNC) iteration."""
+    the largest key: 0), speculation off above ``max_concurrency``; no hysteresis; off is a
+    ZERO_TAX step (the draft kept catchable: see the module docstring); turning on pays a
+    catch-up (RESYNC) iteration."""
 
     def __init__(
         self, schedule: dict[int, int], max_concurrency: int, name: str = TRTLLM_NAME
@@ -291,7 +308,7 @@ class DraftLenScheduleController(Controller):
         self._on = k > 0
         if k > 0:
             return Plan(SPEC, Mode.SPECULATING, self._shapes[k])
-        return Plan(PLAIN, Mode.PLAIN)
+        return Plan(ZERO_TAX, Mode.PLAIN)
 
     def describe(self) -> dict[str, object]:
         return {
