@@ -67,7 +67,11 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   beats the current one by `shape_margin` + `shape_z` standard errors of their predicted
   ratio (both accept lengths hang on the fitted alpha: the error of alpha moves their ratio
   by d log(accept_best / accept_current) / d alpha x sd(alpha); noise in a short window of
-  verifies then does not flip two near-equal shapes) for `shape_debounce` iterations and
+  verifies then does not flip two near-equal shapes; `shape_z` is 3: the binomial sd of alpha
+  understates the error of a deep depth extrapolated from it, and at 1 the policy left
+  chain1 for chain7 at ctx 4096, alpha 0.8, 32 requests on a 3 % predicted gain that measured
+  0.3 % worse, and chain5 for chain7 at 4 requests on the Triton table, 0.2 % worse over
+  three seeds) for `shape_debounce` iterations and
   `shape_dwell` iterations passed since the last RESHAPE. The first RESHAPE after entering
   SPECULATING (the machine resumes at its current shape; the choice was made in PLAIN, and
   needs no standard-error term) waits only `debounce` iterations; leaving a shape that was
@@ -78,7 +82,19 @@ the policy chooses among PLAIN and every shape each iteration, at the observed b
   `probe_z` standard errors of its (decayed) trials, never above the prior's
   (`DepthAcceptance.accept_length_upper`): the start-up probes leave a few iterations of
   verifies, and a chain1 judged 2.6 standard errors low there (ctx 4096, alpha 0.8, bs 64) kept
-  PLAIN for ~4000 iterations, where chain1 wins by less than `margin`. PLAIN prices every shape
+  PLAIN for ~4000 iterations, where chain1 wins by less than `margin`. Re-probes from PLAIN
+  (`reprobe_*`): while fewer than `reprobe_evidence` SPECULATING iterations were ever measured,
+  the acceptance that keeps PLAIN rests on a few iterations (acceptance is correlated within a
+  request and drifts with the prompts: a few iterations of a large batch are fewer independent
+  samples than their verifies count), so where the prior's accept lengths say a shape would
+  beat PLAIN (with the catch-up check), PLAIN re-probes the best shape at the accept lengths'
+  upper bound, `reprobe_after` iterations after PLAIN was entered, then `reprobe_after` x 2^n
+  after the n-th re-probe that measured no better, at most `reprobe_max` times per PLAIN
+  entered by a decision (the check runs every `accept_refresh` iterations). A re-probe goes to
+  its shape at once, measures it for `reprobe_len` iterations and is judged once at the upper
+  bound without margin (the counts still hold the old verifies): back to PLAIN, or an ordinary
+  SPECULATING from then on. Bounded: at most 2 x `reprobe_max` switches per PLAIN stay, spread
+  over >= `reprobe_after` x (2^reprobe_max - 1) iterations. PLAIN prices every shape
   never measured on this engine optimistically (the calibration's `probe_discount` below the
   smallest measured factor, or below PLAIN's factor while no speculative step was measured): a
   probe of that shape where the optimistic price beats PLAIN, at most once per shape, since a
@@ -167,8 +183,12 @@ class GoodputPolicy(Hysteresis):
         shape_dwell: int = 128,
         cal_ema: float = 0.1,
         depth_ema: float = 0.003,
-        shape_z: float = 1.0,
+        shape_z: float = 3.0,
         probe_z: float = 2.0,
+        reprobe_after: int = 64,
+        reprobe_max: int = 4,
+        reprobe_len: int = 16,
+        reprobe_evidence: int = 64,
         rho: float = 0.5,
     ) -> None:
         try:
@@ -189,6 +209,11 @@ class GoodputPolicy(Hysteresis):
             raise ValueError("GoodputPolicy: need shape_debounce >= 1, shape_dwell >= 0")
         if ctx_bucket < 1:
             raise ValueError(f"GoodputPolicy: ctx_bucket must be >= 1: {ctx_bucket}")
+        if reprobe_after < 0 or reprobe_max < 0 or reprobe_len < 1 or reprobe_evidence < 0:
+            raise ValueError(
+                "GoodputPolicy: need reprobe_after >= 0, reprobe_max >= 0, reprobe_len >= 1, "
+                "reprobe_evidence >= 0"
+            )
         if relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {relax_half_life}")
         if not 0.0 < cal_ema <= 1.0 or not 0.0 < depth_ema <= 1.0:
@@ -225,6 +250,10 @@ class GoodputPolicy(Hysteresis):
         self.shape_dwell = shape_dwell
         self.shape_z = shape_z
         self.probe_z = probe_z
+        self.reprobe_after = reprobe_after
+        self.reprobe_max = reprobe_max
+        self.reprobe_len = reprobe_len
+        self.reprobe_evidence = reprobe_evidence
         self.rho = rho
         #: the table measures several context lengths: price each iteration at its mean_ctx
         self.ctx_aware = len(self.prior.contexts) > 1
@@ -270,6 +299,20 @@ class GoodputPolicy(Hysteresis):
         self._probe = False  # SPECULATING entered for a shape never measured
         self._probe_shape: DraftShape | None = None  # that shape, until it is measured
         self._probe_plain = False  # PLAIN entered while it was never measured
+        # re-probes from PLAIN (see the module docstring): how many since PLAIN was entered by
+        # a decision (not a failed re-probe), the iteration from which the next may fire, the
+        # shape a re-probe went for (until the machine runs it), and the iteration at which
+        # the re-probe is judged on its point estimate (-1: not yet at the shape)
+        self._reprobe_n = 0
+        self._reprobe_at = 0
+        self._reprobing = False
+        self._reprobe_shape: DraftShape | None = None
+        self._reprobe_end = -1
+        self._spec_seen = 0  # SPECULATING iterations with verifies (the evidence)
+        #: each candidate's accept length at the prior alpha (what a re-probe could find)
+        self._acc_prior: tuple[float, ...] = tuple(
+            accept_length(self.depths.prior_alpha, s, rho) for s in self._cands
+        )
 
     # ------------------------------------------------------------------ costs
     def _bucket(self, ctx: int) -> int:
@@ -448,6 +491,7 @@ class GoodputPolicy(Hysteresis):
                 self._cur = i
         if mode is Mode.SPECULATING and obs.accept_lens:
             if shapes:
+                self._spec_seen += 1
                 a_shape = obs.accept_shape
                 self.depths.observe(
                     a_shape if a_shape is not None else self._cands[self._cur], obs.accept_lens
@@ -575,18 +619,57 @@ class GoodputPolicy(Hysteresis):
             past = top > plain * (1.0 + margin)
             if past and self.plain != PLAIN_WARM:
                 past = self._catchup_pays(bs, ctx, it, off, spec[ib], acc[ib])
+            reprobe = False
+            if (
+                not past
+                and not resolving
+                and self.reprobe_after
+                and self._reprobe_n < self.reprobe_max
+                and it >= self._reprobe_at
+                and self._spec_seen < self.reprobe_evidence
+                and it - self._since >= self.min_dwell
+            ):
+                # the acceptance that keeps PLAIN rests on a few SPECULATING iterations: re-probe
+                # (bounded, exponential back-off) where the prior's accept lengths say a shape
+                # would beat PLAIN; it goes to the best shape at the upper bound
+                # (checked every `accept_refresh` iterations; no debounce: the schedule is it)
+                ip, topp = self._best(self._acc_prior, spec, bs)
+                reprobe = topp > plain
+                if reprobe and self.plain != PLAIN_WARM:
+                    reprobe = self._catchup_pays(bs, ctx, it, off, spec[ip], self._acc_prior[ip])
+                if reprobe:
+                    acc_u = self._accepts_upper()
+                    ib, top = self._best(acc_u, spec, bs)
+                else:
+                    self._reprobe_at = it + self.accept_refresh
             self._shape_streak = 0
-            ev = self._confirm(past, mode, it)
+            if reprobe:
+                self._streak = 0
+                ev: Event | None = Event.LOAD_LOW
+            else:
+                ev = self._confirm(past, mode, it)
             if ev is None and resolving:
                 self._probe_plain = False
             if ev is not None:
                 self._probe = cal is not None and not cal.measured(STEP_SPEC, cands[ib])
                 self._probe_shape = cands[ib] if self._probe else None
                 self._probe_plain = False
-                self.last_reason = (
-                    f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
-                    f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[ib]:.2f}"
-                )
+                self._reprobing = reprobe and not self._probe
+                if self._reprobing:
+                    self._reprobe_n += 1
+                    self._reprobe_shape = cands[ib]
+                    self._reprobe_end = -1
+                    self.last_reason = (
+                        f"goodput: re-probe {self._reprobe_n} of {cands[ib].label()} "
+                        f"({self._spec_seen} SPECULATING iterations measured; {top:.0f} tok/s "
+                        f"at the accept lengths' upper bound, plain {plain:.0f}) at bs={bs}, "
+                        f"ctx={ctx}"
+                    )
+                else:
+                    self.last_reason = (
+                        f"goodput: {cands[ib].label()} {top:.0f} > plain {plain:.0f} tok/s "
+                        f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[ib]:.2f}"
+                    )
             return ev
         cur = self._cur
         probe = self._probe_shape
@@ -607,6 +690,8 @@ class GoodputPolicy(Hysteresis):
                 self._cur = self._index[probe]
                 self.last_reason = f"goodput: probe {probe.label()} (never measured)"
                 return Event.RESHAPE
+        if self._reprobing:
+            return self._decide_reprobe(mode, bs, ctx, it, plain, spec)
         now = 1000.0 * bs * acc[cur] / spec[cur]
         if (
             cal is not None
@@ -635,6 +720,7 @@ class GoodputPolicy(Hysteresis):
             self._probe_shape = None
             self._probe_plain = cal is not None and not cal.measured(self._off_kind, None)
             self._shape_streak = 0
+            self._plain_entered(it)
             self.last_reason = (
                 f"goodput: plain {plain:.0f} > {cands[cur].label()} {now:.0f} tok/s "
                 f"x (1+{self.margin}) at bs={bs}, ctx={ctx}, accept_len={acc[cur]:.2f}"
@@ -682,6 +768,63 @@ class GoodputPolicy(Hysteresis):
         self._cur = ib
         return Event.RESHAPE
 
+    def _plain_entered(self, it: int) -> None:
+        """LOAD_HIGH: after a failed re-probe the next waits `reprobe_after` x 2^n (n re-probes
+        so far); after a decision to leave SPECULATING the count starts again."""
+        if self._reprobing:
+            self._reprobe_at = it + (self.reprobe_after << self._reprobe_n)
+        else:
+            self._reprobe_n = 0
+            self._reprobe_at = it + self.reprobe_after
+        self._reprobing = False
+        self._reprobe_shape = None
+        self._reprobe_end = -1
+
+    def _decide_reprobe(
+        self,
+        mode: Mode,
+        bs: int,
+        ctx: int,
+        it: int,
+        plain: float,
+        spec: Sequence[float],
+    ) -> Event | None:
+        """SPECULATING entered as a re-probe: go to its shape at once, measure it for
+        `reprobe_len` iterations, then judge once, as a probe is judged: at the accept lengths'
+        upper bound (`probe_z`), without margin (the counts still hold the old verifies that
+        sent it to PLAIN); leave, or stay as an ordinary SPECULATING under the usual
+        hysteresis. No earlier exit: until its verifies come in, the estimate is the old one."""
+        cands, cur = self._cands, self._cur
+        target = self._reprobe_shape
+        self._shape_streak = 0
+        if target is not None:
+            if mode is not Mode.SPECULATING:
+                return None
+            if cands[cur] != target:
+                self._shape_since = it
+                self.next_shape = target
+                self._cur = self._index[target]
+                self.last_reason = f"goodput: re-probe goes to {target.label()}"
+                return Event.RESHAPE
+            self._reprobe_shape = None
+            self._reprobe_end = it + self.reprobe_len
+        if mode is not Mode.SPECULATING or it < self._reprobe_end:
+            return None
+        acc_u = self._accepts_upper()
+        ib, top = self._best(acc_u, spec, bs)
+        if plain <= top:  # it measured better: an ordinary SPECULATING from now on
+            self._reprobing = False
+            self._shape_since = it
+            return None
+        self._streak = 0
+        self.last_reason = (
+            f"goodput: re-probe {self._reprobe_n} measured no better: plain {plain:.0f} > "
+            f"{cands[ib].label()} {top:.0f} tok/s (accept_len upper bound {acc_u[ib]:.2f}) at "
+            f"bs={bs}, ctx={ctx}"
+        )
+        self._plain_entered(it)
+        return TOWARD[(mode, Mode.PLAIN)]
+
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {
             "policy": "goodput",
@@ -704,6 +847,11 @@ class GoodputPolicy(Hysteresis):
                 shape_margin=self.shape_margin,
                 shape_debounce=self.shape_debounce,
                 shape_dwell=self.shape_dwell,
+                probe_z=self.probe_z,
+                reprobe_after=self.reprobe_after,
+                reprobe_max=self.reprobe_max,
+                reprobe_len=self.reprobe_len,
+                reprobe_evidence=self.reprobe_evidence,
             )
         out["calibrate"] = self.calibration is not None
         if self.profile is not None:
@@ -729,6 +877,10 @@ _KEYWORDS: dict[str, type] = {
     "depth_ema": float,
     "shape_z": float,
     "probe_z": float,
+    "reprobe_after": int,
+    "reprobe_max": int,
+    "reprobe_len": int,
+    "reprobe_evidence": int,
 }
 
 

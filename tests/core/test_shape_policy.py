@@ -23,6 +23,7 @@ from specfsm.model.costs import CostModel, load_table, overlay_table, parse_tabl
 from specfsm.policy.goodput import GoodputPolicy
 from specfsm.policy.learn import DepthAcceptance, StepCalibration
 from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
+from specfsm.sim.engine import RunResult
 from specfsm.sim.tune import shape_table
 
 FIT = "h200_sglang0517_llama8b"
@@ -359,3 +360,69 @@ def test_accept_length_upper_bound() -> None:
     hi = DepthAcceptance(0.5, initial_weight=0.0)
     hi.observe(CHAIN1, [2] * 100)  # above the prior: no raise
     assert hi.accept_length_upper(CHAIN1, 2.0) == pytest.approx(hi.accept_length(CHAIN1))
+
+
+def _reprobe_run(lo_until_s: float, **kw: object) -> tuple[list[str], RunResult, GoodputPolicy]:
+    """ctx 4096 table, chain3 launch, alpha 0.8 (chain1 beats PLAIN by ~1.6 % at 64 requests),
+    but acceptance 0.6 until simulated time `lo_until_s` (the first iterations end at ~2.1 s):
+    the start-up verifies send the policy to PLAIN. Returns (the policy's reasons, the run,
+    the policy)."""
+    from specfsm.sim.engine import run
+    from specfsm.sim.peers import ZERO_TAX_NAME, FSMController, lineup
+    from specfsm.sim.traces import fixed_concurrency
+
+    fit = CostModel(load_table(FIT), CHAIN3)
+    score = CostModel(load_table("h200_sglang0517_llama8b_ctx4096"), CHAIN3)
+    ctl = lineup(fit, CHAIN3, 0.8, names=[ZERO_TAX_NAME])[0]
+    assert isinstance(ctl, FSMController)
+    pol = ctl.policy
+    assert isinstance(pol, GoodputPolicy)
+    for k, v in kw.items():
+        setattr(pol, k, v)
+    reasons: list[str] = []
+    decide = pol.decide
+
+    def spy(mode: Mode, obs: Observation) -> Event | None:
+        ev = decide(mode, obs)
+        if ev is not None and ev is not Event.RESHAPE:
+            reasons.append(pol.last_reason)
+        return ev
+
+    pol.decide = spy  # type: ignore[method-assign]
+    r = run(ctl, fixed_concurrency(64), score, 0.8, seed=0, iterations=1200,
+            accept_len_fn=lambda t: 0.6 if t < lo_until_s else 0.8)  # fmt: skip
+    return reasons, r, pol
+
+
+def test_plain_re_probes_when_its_estimate_rests_on_a_few_iterations() -> None:
+    """Four start-up iterations at acceptance 0.6 put chain1 below PLAIN; acceptance is 0.8 from
+    then on. Without re-probes PLAIN holds until the counts relax or a never-measured shape's
+    optimistic price fires (~200 iterations here, thousands where no shape is left unmeasured);
+    with them the first re-probe, `reprobe_after` iterations into PLAIN, measures chain1 and
+    stays."""
+    reasons, r, _ = _reprobe_run(2.2)
+    assert "re-probe 1 of chain1" in reasons[1] and len(reasons) == 2
+    assert r.mode_time_s["PLAIN"] / r.sim_time_s < 0.1
+    off, r_off, _ = _reprobe_run(2.2, reprobe_after=0)
+    assert not any("re-probe" in x for x in off)
+    assert r_off.mode_time_s["PLAIN"] > 1.5 * r.mode_time_s["PLAIN"]
+
+
+def test_re_probes_are_bounded_and_back_off() -> None:
+    """Acceptance really is 0.6 throughout (PLAIN wins): `reprobe_max` re-probes, each
+    `reprobe_after` x 2^n after the last, each measured no better, then none."""
+    reasons, r, pol = _reprobe_run(1e9)
+    fired = [x for x in reasons if "re-probe" in x and "measured no better" not in x]
+    failed = [x for x in reasons if "measured no better" in x]
+    assert len(fired) == len(failed) == pol.reprobe_max == 4
+    _, r_off, _ = _reprobe_run(1e9, reprobe_after=0)
+    assert r.switches <= r_off.switches + 2 * pol.reprobe_max
+
+
+def test_re_probe_parameters_are_checked() -> None:
+    cost = CostModel(load_table(FIT), CHAIN3)
+    with pytest.raises(ValueError, match="reprobe"):
+        GoodputPolicy(cost, 2.9, shapes=DEFAULT_SHAPE_GRID, reprobe_len=0)
+    p = make_policy({"name": "goodput", "table": FIT, "shape": "chain3", "accept_len": 2.9,
+                     "shapes": "chain1,chain3", "reprobe_after": 0})  # fmt: skip
+    assert isinstance(p, GoodputPolicy) and p.reprobe_after == 0
