@@ -165,3 +165,18 @@ def test_plain_state_pays_the_draft_prefill_the_no_draft_server_skips(fit: CostM
     r_plain = run(plain, load, fit, 0.8, iterations=300, warmup_iterations=50)
     r_nd = run(nd, load, fit, 0.8, iterations=300, warmup_iterations=50)
     assert r_nd.tok_s > r_plain.tok_s
+
+
+def test_trtllm_off_step_is_zero_tax_then_one_catch_up(fit: CostModel) -> None:
+    """TensorRT-LLM's off step keeps the draft catchable in one iteration, so it is priced as
+    specfsm's zero-tax PLAIN step (a plain decode plus the capture of the target's hidden
+    states), not a plain decode; re-enabling is one RESYNC."""
+    from specfsm.sim.baselines import DraftLenScheduleController, fit_draft_len_schedule
+    from specfsm.sim.peers import RESYNC, ZERO_TAX
+
+    t = DraftLenScheduleController({10: 3}, 10)
+    assert t.plan(0, 11, 0, ()).kind == ZERO_TAX
+    assert t.plan(1, 10, 0, ()).kind == RESYNC
+    assert t.plan(2, 10, 0, ()).kind == SPEC
+    sched, mc = fit_draft_len_schedule(fit, 0.6)
+    assert 0 < mc < 256 and sched[256] == 0

@@ -378,3 +378,19 @@ def test_sglang_adaptive_runs_the_config_tune_prints(cost: CostModel) -> None:
     wl = Workload(prompt_len=(1, 1), output_len=(10**6, 10**6))
     r = run(c, fixed_concurrency(128), cost, 0.8, workload=wl, iterations=51, warmup_iterations=1)
     assert r.sim_time_s > 0
+
+
+def test_request_lengths_do_not_depend_on_admission_batching(cost: CostModel) -> None:
+    """Request k gets the same prompt and output lengths however admissions were batched
+    (a block-drawn function of k): two controllers serve the same requests."""
+    import numpy as np
+
+    from specfsm.sim.engine import _Requests
+    from specfsm.sim.traces import Workload
+
+    a = _Requests(np, Workload(), np.random.default_rng([5, 1]))
+    b = _Requests(np, Workload(), np.random.default_rng([5, 1]))
+    pa = np.concatenate([a.lengths(0, 3)[0], a.lengths(3, 5000)[0]])
+    ob = [b.lengths(i, 1)[1] for i in range(10)]
+    assert (pa == b.lengths(0, 5003)[0]).all()
+    assert [int(x[0]) for x in ob] == [int(x) for x in a.lengths(0, 10)[1]]
