@@ -52,7 +52,7 @@ specfsm is active in SGLang only when one of the first three is set. Keys (`Conf
                     measures each shape's and PLAIN's step per batch size with synthetic
                     requests and prices the goodput policy with the result. null / false (off,
                     default), true, or {"bs": [1, 8, 32] (default: the decode CUDA-graph batch
-                    sizes; 1, 2, 4 without graphs), "forwards": 4 (measured per point),
+                    sizes; 1, 2, 4 without graphs), "forwards": 8 (measured per point),
                     "prompt_tokens": 256, "save": "/path/profile-{rank}.csv" (default: a temporary
                     file), "max_seconds": 300}. Needs the goodput policy; not with DP attention
 
@@ -334,7 +334,7 @@ class ProfileSpec:
     #: batch sizes to measure (None: the decode CUDA-graph batch sizes, `NO_GRAPH_BS` on CPU)
     bs: tuple[int, ...] | None = None
     #: measured decode forwards per (target, batch size)
-    forwards: int = 4
+    forwards: int = 8
     #: prompt tokens of each profile request
     prompt_tokens: int = 256
     #: CSV path of the rows (None: a temporary file)
@@ -367,7 +367,7 @@ def parse_profile(key: str, value: object) -> ProfileSpec | None:
         raise ConfigError(f"{key}.max_seconds", f"expected a number > 0, got {secs!r}")
     return ProfileSpec(
         bs=bs,
-        forwards=check_int(f"{key}.forwards", obj.get("forwards", 4), 1),
+        forwards=check_int(f"{key}.forwards", obj.get("forwards", 8), 1),
         prompt_tokens=check_int(f"{key}.prompt_tokens", obj.get("prompt_tokens", 256), 1),
         save=save,
         max_seconds=float(secs),

@@ -249,6 +249,7 @@ class Controller:
         #: the start-up profile's CSV (`apply_profile`), and the configured policy's spec
         #: (priced with it once there is one): what an unpin goes back to
         self.profile_path: str | None = None
+        self.profile_rows: list[tuple[str, int, int, int, float]] = []
         self.policy_spec: dict[str, Any] = cfg.policy
         self.control_file = cfg.control_file
         self.control_every = cfg.control_every
@@ -345,12 +346,23 @@ class Controller:
         }
         if result.rows:
             self.profile_path = result.path
+            self.profile_rows = result.rows
             self.policy_spec = self.with_profile(self.cfg.policy)
             self.fsm.policy = make_policy(self.policy_spec, key="profile")
+            from specfsm_sglang.profile import seed_calibration
+
+            line["profile"]["seeded"] = seed_calibration(self.fsm.policy, result.rows)  # type: ignore[index]
             line["policy"] = self.fsm.policy.describe()
         else:
             line["profile"]["note"] = "nothing measured: the policy keeps its table"  # type: ignore[index]
         self.log.config(line, iteration=self.iteration)
+
+    def _seed(self, policy: Policy) -> None:
+        """The start-up profile's points count as measured for a new calibrating policy."""
+        if self.profile_rows:
+            from specfsm_sglang.profile import seed_calibration
+
+            seed_calibration(policy, self.profile_rows)
 
     def with_profile(self, spec: dict[str, Any]) -> dict[str, Any]:
         """`spec` priced with this engine's start-up profile: a goodput policy naming no
@@ -577,9 +589,11 @@ class Controller:
                             f"{s.label()} has no runtime state on this server (built: "
                             f'{[b.label() for b in self.shape_states]}; config key "shapes")',
                         )
-                policy = make_policy(self.with_profile(change.policy), key="control.policy")
+                policy = make_policy(self.with_profile(change.policy or {}), key="control.policy")
+                self._seed(policy)
             else:
                 policy = make_policy(self.policy_spec)  # unpin: back to the configured one
+                self._seed(policy)
         except ConfigError as exc:
             self._log_control("refused", str(exc), content)
             return

@@ -57,7 +57,9 @@ from specfsm.model.costs import (
     COLUMNS,
     PLAIN_STEP_MODEL,
     PLAIN_WARM_MODEL,
+    SPEC_STEP_PREFIX,
     spec_step_model,
+    step_model_shape,
 )
 from specfsm_sglang.config import ProfileSpec
 from specfsm_sglang.controller import ControllerObserver
@@ -171,6 +173,26 @@ def profile_rows(
         elif kind == "warm":
             rows.append((PLAIN_WARM_MODEL, bs, 1, ctx, med))
     return rows
+
+
+def seed_calibration(policy: Any, rows: Sequence[tuple[str, int, int, int, float]]) -> int:
+    """Mark every profiled (kind, shape, bs) as measured in a calibrating goodput policy (its
+    ``calibration``, factor 1: the rows are its prior now), so it does not spend iterations
+    probing what the profile measured; returns the points seeded (0: nothing to seed)."""
+    cal = getattr(policy, "calibration", None)
+    if cal is None:
+        return 0
+    n = 0
+    for model, bs, _q, _ctx, _ms in rows:
+        if model.startswith(SPEC_STEP_PREFIX):
+            shape = step_model_shape(model)
+            if shape is not None:
+                cal.observe("spec", shape, bs, 1.0)
+                n += 1
+        elif model in (PLAIN_STEP_MODEL, PLAIN_WARM_MODEL):
+            cal.observe("plain" if model == PLAIN_STEP_MODEL else "warm", None, bs, 1.0)
+            n += 1
+    return n
 
 
 def _sort_key(key: tuple[str, DraftShape | None, int]) -> tuple[str, int, int, int, int]:

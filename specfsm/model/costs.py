@@ -299,7 +299,7 @@ def overlay_table(prior: CostTable, profile: CostTable) -> CostTable:
     return CostTable([*rows, *profile.rows], f"{profile.source or 'profile'}>{prior.source}")
 
 
-def _step_shape(model: str) -> DraftShape | None:
+def step_model_shape(model: str) -> DraftShape | None:
     """The shape a ``spec_step_<topk>x<steps>x<K>`` model name measures, or None."""
     parts = model[len(SPEC_STEP_PREFIX) :].split("x")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
@@ -384,7 +384,7 @@ class CostModel:
         self.step_shapes = frozenset(
             s
             for m in table.models
-            if m.startswith(SPEC_STEP_PREFIX) and (s := _step_shape(m)) is not None
+            if m.startswith(SPEC_STEP_PREFIX) and (s := step_model_shape(m)) is not None
         )
         #: the zero-tax PLAIN step measured whole (``plain_step``, absolute ms)
         self.plain_step_measured = PLAIN_STEP_MODEL in table.models

@@ -124,3 +124,22 @@ def test_profile_config_refusals() -> None:
         with pytest.raises(ConfigError) as exc:
             Config.from_mapping({"profile": bad})
         assert exc.value.key == key, (bad, exc.value)
+
+
+def test_profiled_points_count_as_measured() -> None:
+    """A calibrating goodput policy priced with the profile does not probe what the profile
+    measured: every profiled (kind, shape) is marked measured, at factor 1."""
+    from specfsm_sglang.profile import seed_calibration
+
+    from specfsm.policy.goodput import GoodputPolicy
+
+    samples = {("spec", C1, 8): [3.0], ("spec", C5, 8): [6.0], ("plain", None, 8): [2.0]}
+    rows = profile_rows(samples, ctx=300)
+    pol = config.make_policy({**GOODPUT, "shapes": ["chain1", "chain3", "chain5"]})
+    assert isinstance(pol, GoodputPolicy) and pol.calibration is not None
+    assert not pol.calibration.measured("spec", C1)
+    assert seed_calibration(pol, rows) == 3
+    cal = pol.calibration
+    assert cal.measured("spec", C1) and cal.measured("spec", C5) and cal.measured("plain", None)
+    assert not cal.measured("spec", C3)
+    assert cal.factor("spec", C1, 8) == 1.0

@@ -111,6 +111,7 @@ def test_profile_measures_every_shape_and_plain(eng: Any) -> None:
     for m in want:
         assert table.batch_sizes(m) == BS, (m, table.batch_sizes(m))
     assert line["policy"]["profile"] == str(path)
+    assert prof["seeded"] == len(table.rows), prof
     m = CostModel(overlay_table(load_table(eng.cfg["table"]), table), shapes[0])
     for s in shapes:
         assert m.unmeasured(s) == []
