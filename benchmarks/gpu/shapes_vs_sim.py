@@ -10,9 +10,10 @@ difference, prefill excluded) and prints, per tag and concurrency c:
 * cost model: each static choice priced by ``CostModel`` on the in-engine table at the accept
   length MEASURED for it in that cell (what the simulator charges per iteration), the best one;
 * simulator: ``specfsm.sim.engine.run`` at fixed concurrency c, per-token acceptance alpha
-  fitted to the measured chain-3 accept length of that cell, every static shape
-  (``FixedController``) and specfsm (GoodputPolicy over the same shapes, through the FSM, zero-tax
-  PLAIN), specfsm / best static. The simulator's requests have its default workload (prefill
+  fitted to the measured accept length of the launch shape in that cell, every static shape
+  (``FixedController``) and the engine's PLAIN state held (``StaticController``), and specfsm
+  (GoodputPolicy over the same shapes, through the FSM, zero-tax PLAIN), specfsm / best
+  static. The simulator's requests have its default workload (prefill
   included), so its absolute tok/s are not the measured ones: compare the ratios and the best
   shape.
 
@@ -30,6 +31,7 @@ from typing import Any
 from specfsm.model.acceptance import alpha_from_accept_length, parse_shape, shape_text
 from specfsm.model.costs import CostModel, load_table
 from specfsm.policy.goodput import GoodputPolicy
+from specfsm.sim.baselines import PLAIN_STATE_NAME, StaticController
 from specfsm.sim.engine import run
 from specfsm.sim.peers import FixedController, FSMController
 from specfsm.sim.traces import fixed_concurrency
@@ -42,7 +44,11 @@ def rows(path: Path) -> list[dict[str, Any]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, required=True)
-    ap.add_argument("--table", default="h200_sglang0517_llama8b")
+    ap.add_argument(
+        "--table",
+        default="h200_sglang0517_llama8b",
+        help='a cost table, or "table+profile.csv" (the engine\'s start-up profile laid over it)',
+    )
     ap.add_argument("--iterations", type=int, default=3000)
     ap.add_argument("--markdown", type=Path, default=None)
     args = ap.parse_args()
@@ -90,6 +96,16 @@ def main() -> int:
                     warmup_iterations=300,
                 )
                 sim[s.label()] = r.tok_s
+            # the engine's PLAIN state held (zero-tax steps, draft prefilled), as measured above
+            r = run(
+                StaticController(PLAIN_STATE_NAME, None),
+                fixed_concurrency(c),
+                cost,
+                alpha,
+                iterations=args.iterations,
+                warmup_iterations=300,
+            )
+            sim["PLAIN"] = r.tok_s
             pol = GoodputPolicy(cost, float(acc), shapes=shapes)
             r = run(
                 FSMController("specfsm", pol, launch),
