@@ -37,6 +37,17 @@ Phases (``--phases``, in this order, each optional):
     (which shapes it ran: from the transition log). With specfsm shapes configured, the greedy
     phase also runs the ``shape_cycle`` schedule (every 2 forwards: each shape, PLAIN, back).
 
+``steady``
+    Needs specfsm with extra shapes. Continuous load instead of closed batches: at each
+    concurrency of ``--steady-c``, ``c`` request loops each submit a request (a ctx-token prompt,
+    a random 96-192 new tokens, greedy, ignore_eos) as soon as its previous one finished, for
+    ``--steady-s`` seconds after a warm-up of a quarter of that; tokens/s = output tokens of the
+    requests that finished inside the window / the window. Every static choice (as in
+    ``shapes``) and the shape-choosing policy ``--shapes-policy``, each after a settle run. A
+    closed batch (``shapes``) ends when its slowest request ends, which charges speculation for
+    the spread of acceptance between requests; here finished requests are replaced at once, as
+    under a server's steady load.
+
 Every phase writes JSON lines to ``results_<tag>.jsonl``; with specfsm the transition log goes
 to ``transitions_<tag>.jsonl`` and specfsm's counters (transitions, action failures, forwards by
 mode, SGLang's idle memory checks) to ``counters_<tag>.json`` (through the test channel
@@ -342,8 +353,7 @@ class Suite:
         labels = self.shape_labels()
         cycle = "specfsm_testbed.shape_policies:ShapeCycle"
         variants: list[tuple[str, dict[str, Any]]] = [
-            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}})
-            for x in labels
+            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}}) for x in labels
         ]
         variants.append(("static_PLAIN", {"pin": "PLAIN"}))
         variants.append(("specfsm", {"policy": json.loads(a.shapes_policy)}))
@@ -368,6 +378,60 @@ class Suite:
                             ran[key] = ran.get(key, 0) + 1
                 self.emit(phase="shapes", variant=name, c=c, ctx=ctx, tok_s=tps, ran=ran, **r)
                 self.say(f"shapes c {c} {name}: {tps:.0f} tok/s accept {r['accept_length']}")
+            self.engine.flush_cache()
+        self.set_control({"pin": None})
+
+    def _steady_tok_s(self, c: int, ctx: int, seconds: float) -> dict[str, Any]:
+        """Output tokens/s with `c` requests always in flight (each replaced when it finishes),
+        counted over the requests that finished inside the window after a warm-up."""
+        import asyncio
+
+        rng = random.Random(c)
+        prompts = self.prompts(c, ctx)
+        warm = seconds / 4.0
+        done: list[tuple[float, int]] = []
+
+        async def loop(i: int, t_end: float) -> None:
+            while time.perf_counter() < t_end:
+                sp = {
+                    "temperature": 0.0,
+                    "max_new_tokens": rng.randint(96, 192),
+                    "ignore_eos": True,
+                }
+                out = await self.engine.async_generate(input_ids=prompts[i], sampling_params=sp)
+                done.append((time.perf_counter(), len(out["output_ids"])))
+
+        async def main() -> float:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(loop(i, t0 + warm + seconds) for i in range(c)))
+            return t0
+
+        t0 = self.engine.loop.run_until_complete(main())
+        lo, hi = t0 + warm, t0 + warm + seconds
+        toks = sum(n for t, n in done if lo <= t <= hi)
+        return {"tok_s": toks / seconds, "finished": sum(1 for t, _ in done if lo <= t <= hi)}
+
+    def phase_steady(self) -> None:
+        a = self.args
+        if not self.fsm:
+            return
+        labels = self.shape_labels()
+        cycle = "specfsm_testbed.shape_policies:ShapeCycle"
+        variants: list[tuple[str, dict[str, Any]]] = [
+            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}}) for x in labels
+        ]
+        variants.append(("static_PLAIN", {"pin": "PLAIN"}))
+        variants.append(("specfsm", {"policy": json.loads(a.shapes_policy)}))
+        ctx = a.ctx[0]
+        for c in a.steady_c:
+            self.generate(self.prompts(c, ctx), 1)
+            for name, control in variants:
+                self.set_control({"pin": None})
+                self.set_control(control)
+                self._steady_tok_s(c, ctx, a.steady_s / 4.0)  # settle: RESHAPE, calibration
+                r = self._steady_tok_s(c, ctx, a.steady_s)
+                self.emit(phase="steady", variant=name, c=c, ctx=ctx, **r)
+                self.say(f"steady c {c} {name}: {r['tok_s']:.0f} tok/s ({r['finished']} done)")
             self.engine.flush_cache()
         self.set_control({"pin": None})
 
@@ -433,6 +497,8 @@ def main() -> int:
         '"accept_len": 2.5}',
         help="the shape-choosing policy of the shapes phase (JSON)",
     )
+    ap.add_argument("--steady-c", type=_ints, default=[32])
+    ap.add_argument("--steady-s", type=float, default=12.0, help="steady phase window (s)")
     ap.add_argument("--max-kv-tokens", type=int, default=600_000)
     ap.add_argument("--attention-backend", default="flashinfer")
     ap.add_argument("--mem-fraction", type=float, default=0.8)
