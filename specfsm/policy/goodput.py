@@ -911,13 +911,14 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``, ``horizon``, ``lag_cap``,
     ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the default and the adapter's
     default PLAIN, or "warm": it must name the PLAIN the server runs), ``shape_margin``,
-    ``shape_debounce``, ``shape_dwell``, ``cal_ema``. ``shapes`` (a list of shapes, or one
-    string "chain1,chain3,4,2,16"): choose among PLAIN and these per iteration (``shape`` is
-    the launch shape, added when not listed). ``profile`` (a cost CSV in the packaged table
-    format, e.g. the engine's start-up profile): its series override the table's as the
-    calibration's prior. ``calibrate`` (bool, default true): refine the costs online from the
-    measured step times. Raises ValueError with the reason on anything missing, unknown or
-    invalid.
+    ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``depth_ema``, ``shape_z``, ``probe_z``,
+    ``reprobe_after``, ``reprobe_max``, ``reprobe_len``, ``reprobe_evidence``. ``shapes`` (a
+    list of shapes, or one string "chain1,chain3,4,2,16"): choose among PLAIN and these per
+    iteration (``shape`` is the launch shape, added when not listed). ``profile`` (a cost CSV in
+    the packaged table format, e.g. the engine's start-up profile): its series override the
+    table's as the calibration's prior. ``calibrate`` (bool, default true): refine the costs
+    online from the measured step times. Raises ValueError with the reason on anything missing,
+    unknown or invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
