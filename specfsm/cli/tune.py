@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             "static_best": choice_label(table.static),
             "accept_len": {shape_text(s): round(v, 4) for s, v in table.accept.items()},
             "interpolated": {shape_text(s): r for s, r in table.interpolated.items()},
+            "profiled": [shape_text(s) for s in table.accept if s in cost.step_shapes],
             "rows": [
                 {
                     "bs": r.bs,
@@ -210,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(rec.sglang_config))
     if table is not None:
         print_shape_table(table)
+        if cost.step_shapes:
+            for sh in a.shapes:
+                if sh not in cost.step_shapes:
+                    print(
+                        f"note: {shape_text(sh)} has no whole-step rows in the profile: priced "
+                        "from the table's forwards, a basis the profiled shapes' measured steps "
+                        "do not share; profile it before comparing"
+                    )
     return 0
 
 
