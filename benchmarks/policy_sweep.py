@@ -24,7 +24,9 @@ Baselines (`specfsm.sim.baselines`), each fitted on the fit table at the cell's 
   sglang-skip0     as sglang-tuned with SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: steps=0 without
                    tax, cold return (the CPU test bed's measured acceptance loss)
   vllm-k-table     vLLM's per-batch-size K (0..7) table fitted on the fit table
-  trtllm-schedule  TensorRT-LLM draft_len_schedule + max_concurrency fitted on the fit table
+  trtllm-schedule  TensorRT-LLM draft_len_schedule + max_concurrency fitted on the fit table;
+                   off is a zero-tax step (the draft kept catchable for its one-iteration
+                   catch-up: the strongest physically consistent version, see the module)
 specfsm: the controller `specfsm.sim.peers.lineup` builds (--specfsm picks which; the other
 specfsm variant's lines are printed as info).
 
