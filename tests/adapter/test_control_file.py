@@ -32,7 +32,7 @@ def controller(path: Path | str) -> tuple[Controller, list[Any]]:
     ctl.tp_group = None
     ctl.log = log
     ctl.cfg = resolve({"SPECFSM_POLICY": "threshold:high=9,low=2"})
-    ctl.policy_spec, ctl.profile_path = ctl.cfg.policy, None  # no start-up profile
+    ctl.policy_spec, ctl.profile_path, ctl.profile_rows = ctl.cfg.policy, None, []  # no profile
     ctl.topk, ctl.spec_steps, ctl.spec_tokens = 1, 3, 4
     ctl.fsm = SpecFSM(FixedPolicy(True), RecordingActions(), log=log)
     return ctl, lines
