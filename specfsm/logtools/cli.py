@@ -116,7 +116,11 @@ def replay_main(argv: list[str]) -> int:
     from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
     from specfsm.sim.tune import cost_model
 
-    p = ArgParser(prog="specfsm logs replay", description="recorded inputs, another policy")
+    p = ArgParser(
+        prog="specfsm logs replay",
+        description="recorded inputs, another policy; SPECULATING priced at the shape the "
+        "machine was in (launch shape, then each RESHAPE's shape_to)",
+    )
     _logs_arg(p)
     _lenient(p)
     p.add_argument(
@@ -129,7 +133,8 @@ def replay_main(argv: list[str]) -> int:
         "--shape",
         type=draft_shape,
         default=None,
-        help="draft shape (default: the log's config line, else chain3)",
+        help="the launch draft shape, SPECULATING's until the first RESHAPE (default: the "
+        "log's config line, else chain3); each RESHAPE's shape_to prices the samples after it",
     )
     p.add_argument("--ctx", type=positive_int, default=None)
     p.add_argument(
@@ -171,7 +176,7 @@ def replay_main(argv: list[str]) -> int:
                 cost = cost_model("--table", a.table, shape, a.ctx)
                 label = f"{eng.name} rank {rank} run {run.index}"
                 try:
-                    res = replay(run, make_policy(spec), cost, a.accept_len, a.plain)
+                    res = replay(run, make_policy(spec), cost, a.accept_len, a.plain, a.shape)
                 except ValueError as exc:
                     raise UsageError(f"{label}: {exc}") from None
                 if done:

@@ -9,17 +9,30 @@ every N iterations (its debounce then counts samples): replay a log written with
 `observe_every: 1` for exact decisions.
 
 Pricing (`specfsm.model.costs.CostModel`): each sample stands for one iteration in the mode it
-ran in, recorded or replayed: SPECULATING at spec_ms(bs) committing bs x accept length tokens,
-the other modes one PLAIN step (bs tokens) of the chosen implementation (`plain="zero_tax"`,
-the adapter's default, or `"warm"`). The accept
-length is the sample's own while SPECULATING (outside it the adapter's accept_lens are the last
-K-wide round's), else the last one seen while speculating, else `accept_len`.
+ran in, recorded or replayed: SPECULATING at spec_ms(bs, shape) committing bs x accept length
+tokens, the other modes one PLAIN step (bs tokens) of the chosen implementation
+(`plain="zero_tax"`, the adapter's default, or `"warm"`).
+
+Shapes (issue 13): a SPECULATING sample is priced at the draft shape the machine was in. The
+recorded shape starts at the launch shape (the `launch` argument, else the config line's
+`shape_states.launch`, else the first RESHAPE's shape_from, else `cost.shape`) and follows each
+RESHAPE transition's shape_to; the replayed machine is given the same launch shape and the
+shapes the log names (`shape_states`, every shape_to), and follows its own policy's RESHAPEs;
+"always speculate" runs the recorded shapes. A sample's accept lengths belong to the shape of
+the K-wide round that produced them (`accept_lens_iteration` when logged, else the shape before
+the sample's own transitions: the observation is taken before them). The accept length of a
+sample priced at shape s is s's own: the sample's (when measured at s), else the last one
+measured at s, else `accept_len`, else the mean of s's measurements, else (a shape never
+measured while SPECULATING) the mean over every shape, said so in `accept_len_source`. A log
+without shapes is one shape throughout: priced as before (`cost.shape`, the sample's accept
+length, else the last one, else `accept_len` or the log's mean).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +44,10 @@ from specfsm.fsm.machine import SpecFSM, TransitionRecord
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.logtools.reader import Record, Run
+from specfsm.model.acceptance import DraftShape, parse_shape
 from specfsm.model.costs import PLAIN_WARM, CostModel
+
+_TREE_LABEL = re.compile(r"tree\(topk=(\d+),steps=(\d+),tokens=(\d+)\)")
 
 
 class _Quiet:
@@ -67,6 +83,12 @@ class ReplayResult:
     never_tps: float
     accept_len_source: str
     policy: dict[str, object]
+    #: the launch shape and, per sample, the shape of its forward (recorded / replayed)
+    launch_shape: str = ""
+    recorded_shapes: list[str] = attrs.Factory(list)
+    replayed_shapes: list[str] = attrs.Factory(list)
+    #: the log names shapes (shape_states or a RESHAPE)
+    shapes_named: bool = False
 
     def decision_diffs(self) -> list[tuple[int, list[Decision], list[Decision]]]:
         """Iterations where the recorded and replayed transitions differ, in order."""
@@ -96,17 +118,90 @@ def samples(run: Run) -> list[tuple[Record, bool]]:
     return [by_it[k] for k in sorted(by_it)]
 
 
-def observation(rec: Record) -> Observation:
+def observation(
+    rec: Record, accept_shape: DraftShape | None = None, shape: DraftShape | None = None
+) -> Observation:
     d = rec.data
+    lens = tuple(d.get("accept_lens") or ())
     return Observation(
         iteration=rec.iteration,
         decode_bs=int(d.get("bs", 0)),
         running=int(d.get("running", 0) or 0),
-        accept_lens=tuple(d.get("accept_lens") or ()),
+        accept_lens=lens,
         queued=int(d.get("queued", 0) or 0),
         rank=rec.rank,
         mean_ctx=int(d.get("mean_ctx", 0) or 0),
+        accept_shape=accept_shape if lens else None,
+        shape=shape,
     )
+
+
+def shape_of(label: object) -> DraftShape | None:
+    """The DraftShape of a log's shape label ("chain3", "tree(topk=4,steps=2,tokens=16)", or
+    what `parse_shape` reads); None when `label` is not one."""
+    if not isinstance(label, str):
+        return None
+    m = _TREE_LABEL.fullmatch(label.strip().replace(" ", ""))
+    if m:
+        return DraftShape(int(m[1]), int(m[2]), int(m[3]))
+    try:
+        return parse_shape(label)
+    except ValueError:
+        return None
+
+
+@attrs.frozen
+class ShapeTrack:
+    """The recorded draft shape over a run: `launch` until the first RESHAPE, then each one's
+    shape_to from its iteration on (`its`, ascending). `named`: the log names shapes (a
+    `shape_states` config entry or a RESHAPE); False for a log written before shapes."""
+
+    launch: DraftShape
+    its: tuple[int, ...] = ()
+    shapes: tuple[DraftShape, ...] = ()
+    allowed: tuple[DraftShape, ...] = ()
+    named: bool = False
+
+    def at(self, iteration: int, before: bool = False) -> DraftShape:
+        """The shape of the forward of `iteration` (after its RESHAPE, if any); `before=True`:
+        the shape before that iteration's transitions (what its observation saw)."""
+        find = bisect.bisect_left if before else bisect.bisect_right
+        i = find(self.its, iteration)
+        return self.shapes[i - 1] if i else self.launch
+
+
+def shape_track(run: Run, default: DraftShape, launch: DraftShape | None = None) -> ShapeTrack:
+    """The run's recorded shapes (see ShapeTrack). The launch shape: `launch`, else the config
+    line's `shape_states.launch`, else the first RESHAPE's shape_from, else `default`.
+    ValueError when a RESHAPE's shape_to is not a shape label."""
+    cfg = run.config or {}
+    states = cfg.get("shape_states")
+    named = isinstance(states, dict)
+    listed: list[DraftShape] = []
+    cfg_launch = None
+    if isinstance(states, dict):
+        cfg_launch = shape_of(states.get("launch"))
+        listed = [s for k in states if k != "launch" and (s := shape_of(k)) is not None]
+    its: list[int] = []
+    shapes: list[DraftShape] = []
+    first_from = None
+    for t in run.transitions:
+        if t.data.get("trigger") != Event.RESHAPE.name:
+            continue
+        to = shape_of(t.data.get("shape_to"))
+        if to is None:
+            raise ValueError(
+                f"{t.source}:{t.line}: RESHAPE at iteration {t.iteration} has no readable "
+                f"shape_to ({t.data.get('shape_to')!r:.60})"
+            )
+        if not its:
+            first_from = shape_of(t.data.get("shape_from"))
+        its.append(t.iteration)
+        shapes.append(to)
+        named = True
+    start = launch or cfg_launch or first_from or default
+    allowed = tuple(dict.fromkeys([start, *listed, *shapes])) if named else ()
+    return ShapeTrack(start, tuple(its), tuple(shapes), allowed, named)
 
 
 def recorded_mode_at(run: Run) -> Any:
@@ -127,15 +222,31 @@ def _decision(it: int, src: Any, dst: Any, ev: Any, reason: str) -> Decision:
 
 
 def run_policy(
-    run: Run, policy: Policy, overlap: bool | None = None, resync_forwards: int | None = None
-) -> tuple[list[Decision], list[str], list[Record]]:
-    """Replayed transitions, the replayed mode of each sample's forward, and the samples."""
+    run: Run,
+    policy: Policy,
+    overlap: bool | None = None,
+    resync_forwards: int | None = None,
+    track: ShapeTrack | None = None,
+) -> tuple[list[Decision], list[str], list[Record], list[DraftShape | None]]:
+    """Replayed transitions, the replayed mode of each sample's forward, the samples, and the
+    replayed machine's shape at each sample's forward (None: the launch shape, unnamed).
+
+    With a `track` that names shapes the machine starts at its launch shape, may RESHAPE among
+    its allowed shapes, and each observation carries the machine's shape and the recorded shape
+    its accept lengths came from."""
     cfg = run.config or {}
     if overlap is None:
         overlap = bool(cfg.get("overlap", False))
     if resync_forwards is None:
         resync_forwards = int(cfg.get("resync_forwards", 1) or 1)
-    fsm = SpecFSM(policy, initial=run.initial_mode, log=TransitionLog(logger=_Quiet()))
+    named = track is not None and track.named
+    fsm = SpecFSM(
+        policy,
+        initial=run.initial_mode,
+        log=TransitionLog(logger=_Quiet()),
+        shapes=track.allowed if track is not None and named else (),
+        shape=track.launch if track is not None and named else None,
+    )
     out: list[Decision] = []
 
     def listen(r: TransitionRecord) -> None:
@@ -144,9 +255,13 @@ def run_policy(
     fsm.listeners.append(listen)
     entered = 0
     modes: list[str] = []
+    shapes: list[DraftShape | None] = []
     recs = [r for r, _ in samples(run)]
     for rec in recs:
-        obs = observation(rec)
+        if track is not None and named:
+            obs = observation(rec, _accept_shape(rec, track), fsm.shape)
+        else:
+            obs = observation(rec)
         before = len(out)
         fsm.step(obs)
         mode = fsm.mode
@@ -157,7 +272,16 @@ def run_policy(
         elif mode is Mode.RESYNCING and obs.iteration >= entered + resync_forwards:
             fsm.process_event(Event.RESYNCED, obs, "replay: draft caught up")
         modes.append(fsm.mode.value)
-    return out, modes, recs
+        shapes.append(fsm.shape)
+    return out, modes, recs, shapes
+
+
+def _accept_shape(rec: Record, track: ShapeTrack) -> DraftShape:
+    """The recorded shape of the K-wide round whose accept lengths `rec` carries."""
+    round_it = rec.data.get("accept_lens_iteration")
+    if isinstance(round_it, int) and not isinstance(round_it, bool):
+        return track.at(round_it)
+    return track.at(rec.iteration, before=True)
 
 
 def _accept(rec: Record) -> float | None:
@@ -174,20 +298,39 @@ def price(
     modes: Sequence[str],
     accepts: Sequence[float],
     plain: str = PLAIN_WARM,
+    shapes: Sequence[DraftShape | None] | None = None,
 ) -> float:
-    """Predicted output tokens/s of the sampled iterations run in `modes`."""
+    """Predicted output tokens/s of the sampled iterations run in `modes`, SPECULATING at
+    `shapes` (per sample; None or absent: `cost.shape`)."""
     tokens = ms = 0.0
-    for rec, mode, acc in zip(recs, modes, accepts, strict=True):
+    per = shapes if shapes is not None else [None] * len(recs)
+    for rec, mode, acc, shape in zip(recs, modes, accepts, per, strict=True):
         bs = float(rec.data.get("bs", 0))
         if bs <= 0:
             continue
         if mode == "SPECULATING":
             tokens += bs * acc
-            ms += cost.spec_ms(bs)
+            ms += cost.spec_ms(bs, shape)
         else:
             tokens += bs
             ms += cost.off_ms(bs, plain)
     return 1000.0 * tokens / ms if ms else math.nan
+
+
+def _accepts(
+    measured: Sequence[tuple[DraftShape, float] | None],
+    shapes: Sequence[DraftShape],
+    fallback: dict[DraftShape, float],
+) -> list[float]:
+    """Per sample, the accept length of the shape it is priced at: the sample's own measured at
+    that shape, else the last one measured at it, else the shape's fallback."""
+    last: dict[DraftShape, float] = {}
+    out: list[float] = []
+    for m, shape in zip(measured, shapes, strict=True):
+        if m is not None:
+            last[m[0]] = m[1]
+        out.append(last.get(shape, fallback[shape]))
+    return out
 
 
 def replay(
@@ -196,28 +339,57 @@ def replay(
     cost: CostModel,
     accept_len: float | None = None,
     plain: str = PLAIN_WARM,
+    launch: DraftShape | None = None,
 ) -> ReplayResult:
-    """Replay `policy` on the run's samples and price both mode sequences."""
-    replayed, modes, recs = run_policy(run, policy)
+    """Replay `policy` on the run's samples and price both mode sequences, each SPECULATING
+    sample at its shape (the module docstring: `launch` overrides the log's launch shape)."""
+    track = shape_track(run, cost.shape, launch)
+    replayed, modes, recs, rep_raw = run_policy(run, policy, track=track)
     at = recorded_mode_at(run)
     recorded_modes = [at(r.iteration) for r in recs]
-    own = [a for a in (_accept(r) for r in recs) if a is not None]
-    if accept_len is not None:
-        fallback, where = accept_len, f"--accept-len {accept_len:g} where the log has none"
-    elif own:
-        fallback = sum(own) / len(own)
-        where = f"the log's SPECULATING samples (mean {fallback:.2f})"
-    else:
+    recorded_shapes = [track.at(r.iteration) for r in recs]
+    replayed_shapes = [s if s is not None else track.launch for s in rep_raw]
+    measured: list[tuple[DraftShape, float] | None] = []
+    own: dict[DraftShape, list[float]] = {}
+    for r in recs:
+        a = _accept(r)
+        if a is None:
+            measured.append(None)
+            continue
+        s = _accept_shape(r, track)
+        measured.append((s, a))
+        own.setdefault(s, []).append(a)
+    every = [a for v in own.values() for a in v]
+    if accept_len is None and not every:
         raise ValueError(
             "the log has no accept length measured while SPECULATING: give --accept-len"
         )
-    accepts: list[float] = []
-    last = fallback
-    for r in recs:
-        a = _accept(r)
-        if a is not None:
-            last = a
-        accepts.append(last)
+    mean = sum(every) / len(every) if every else math.nan
+    used = set(recorded_shapes) | set(replayed_shapes) | set(own)
+    fallback: dict[DraftShape, float] = {}
+    unmeasured: list[str] = []
+    for s in used:
+        if accept_len is not None:
+            fallback[s] = accept_len
+        elif own.get(s):
+            fallback[s] = sum(own[s]) / len(own[s])
+        else:
+            fallback[s] = mean
+            unmeasured.append(s.label())
+    if accept_len is not None:
+        where = f"--accept-len {accept_len:g} where the log has none"
+    else:
+        where = f"the log's SPECULATING samples (mean {mean:.2f})"
+    if track.named and own:
+        per = ", ".join(
+            f"{s.label()} {sum(v) / len(v):.2f} ({len(v)})" for s, v in sorted_shapes(own)
+        )
+        where += f"; per shape, mean (samples): {per}"
+    if unmeasured:
+        src = f"--accept-len {accept_len:g}" if accept_len is not None else f"{mean:.2f}"
+        where += f"; never measured, priced at {src}: {', '.join(sorted(unmeasured))}"
+    rec_acc = _accepts(measured, recorded_shapes, fallback)
+    rep_acc = _accepts(measured, replayed_shapes, fallback)
     recorded = [
         _decision(
             t.iteration,
@@ -238,13 +410,32 @@ def replay(
         replayed_modes=modes,
         iterations=[r.iteration for r in recs],
         differing_samples=sum(a != b for a, b in zip(recorded_modes, modes, strict=True)),
-        recorded_tps=price(cost, recs, recorded_modes, accepts, plain),
-        replayed_tps=price(cost, recs, modes, accepts, plain),
-        always_spec_tps=price(cost, recs, ["SPECULATING"] * len(recs), accepts, plain),
-        never_tps=price(cost, recs, ["PLAIN"] * len(recs), accepts, plain),
+        recorded_tps=price(cost, recs, recorded_modes, rec_acc, plain, recorded_shapes),
+        replayed_tps=price(cost, recs, modes, rep_acc, plain, replayed_shapes),
+        always_spec_tps=price(
+            cost, recs, ["SPECULATING"] * len(recs), rec_acc, plain, recorded_shapes
+        ),
+        never_tps=price(cost, recs, ["PLAIN"] * len(recs), rec_acc, plain),
         accept_len_source=where,
         policy=policy.describe(),
+        launch_shape=track.launch.label(),
+        recorded_shapes=[s.label() for s in recorded_shapes],
+        replayed_shapes=[s.label() for s in replayed_shapes],
+        shapes_named=track.named,
     )
+
+
+def sorted_shapes(d: dict[DraftShape, Any]) -> list[tuple[DraftShape, Any]]:
+    """Items of a per-shape dict in a stable order (top-k, steps, tokens)."""
+    return sorted(d.items(), key=lambda kv: (kv[0].topk, kv[0].steps, kv[0].draft_tokens))
+
+
+def _spec_counts(modes: Sequence[str], shapes: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m, s in zip(modes, shapes, strict=True):
+        if m == "SPECULATING":
+            out[s] = out.get(s, 0) + 1
+    return out
 
 
 def format_replay(res: ReplayResult, label: str, cost: CostModel, max_rows: int = 20) -> str:
@@ -263,8 +454,20 @@ def format_replay(res: ReplayResult, label: str, cost: CostModel, max_rows: int 
         lines.append(f"  iteration {it}:\n    recorded: {ra}\n    replayed: {rb}")
     if len(diffs) > max_rows:
         lines.append(f"  ... {len(diffs) - max_rows} more (--max-rows)")
+    shape = res.launch_shape or cost.shape.label()
+    if res.shapes_named:
+        rec = _spec_counts(res.recorded_modes, res.recorded_shapes)
+        rep = _spec_counts(res.replayed_modes, res.replayed_shapes)
+        per = ", ".join(f"{s} {rec.get(s, 0)}/{rep.get(s, 0)}" for s in sorted({*rec, *rep}))
+        n_rec = sum(d.trigger == Event.RESHAPE.name for d in res.recorded)
+        n_rep = sum(d.trigger == Event.RESHAPE.name for d in res.replayed)
+        lines.append(
+            f"shapes: launch {shape}; RESHAPEs recorded {n_rec}, replayed {n_rep}; "
+            f"SPECULATING samples per shape (recorded/replayed): {per or '-'}"
+        )
+        shape = f"launch {shape}, each SPECULATING sample at its shape"
     lines.append(
-        f"cost model ({cost.table.source}, {cost.shape.label()}, ctx {cost.ctx}; accept length "
+        f"cost model ({cost.table.source}, {shape}, ctx {cost.ctx}; accept length "
         f"from {res.accept_len_source}), predicted output tokens/s over the sampled iterations:"
     )
     for name, v in (
