@@ -25,8 +25,11 @@ K=1 verify + draft-extend every step; topk != 1 makes SGLang disable adaptive an
 launch shape statically, `adaptive_unsupported_reason`), `BatchTableController` (vLLM DSD:
 K by the number of scheduled requests incl. prefills, no hysteresis, K=0 keeps running the
 draft at q=1), `MaxConcurrencyController` (TensorRT-LLM: spec iff active requests <=
-max_concurrency, no hysteresis; off is a true plain decode, re-enable pays the same catch-up as
-RESYNCING). `lineup` builds them all with their best static parameters from one cost table.
+max_concurrency, no hysteresis; off is a ZERO_TAX step, as `trtllm-schedule`'s in
+`specfsm.sim.baselines`: an EAGLE draft caught up in one iteration needs the target's hidden
+states of every token produced while off, and capturing them is what the zero-tax PLAIN step
+costs; re-enable pays the same catch-up as RESYNCING). `lineup` builds them all with their best
+static parameters from one cost table.
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ from specfsm.policy.goodput import GoodputPolicy
 from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, recommend, sglang_spec_cuda_graph_bs
 
 # Iteration kinds (priced in `specfsm.sim.engine`): a speculative iteration, a plain decode
-# (no draft: no-spec, TensorRT-LLM's off mode), specfsm's zero-tax PLAIN step, a warm step
-# (SGLang steps=0 / vLLM K=0 / specfsm's warm PLAIN), a zero-tax step + the catch-up.
+# (no draft: no-spec), specfsm's zero-tax PLAIN step (also TensorRT-LLM's off steps), a warm
+# step (SGLang steps=0 / vLLM K=0 / specfsm's warm PLAIN), a zero-tax step + the catch-up.
 SPEC, PLAIN, ZERO_TAX, WARM, RESYNC = "spec", "plain", "zero_tax", "warm", "resync"
 
 
@@ -403,8 +406,11 @@ class BatchTableController(Controller):
 
 class MaxConcurrencyController(Controller):
     """TensorRT-LLM max_concurrency: spec iff active requests <= max_concurrency, no
-    hysteresis; off is a true plain decode; turning on pays a catch-up (RESYNC) iteration,
-    priced as specfsm's zero-tax RESYNCING."""
+    hysteresis; off is a ZERO_TAX step (`CostModel.zero_tax_ms`: the one-iteration catch-up of
+    an EAGLE draft needs the hidden states of every token produced while off, which that step
+    captures; a true plain decode would be cheaper than anything an EAGLE server can run, see
+    `specfsm.sim.baselines`); turning on pays a catch-up (RESYNC) iteration, priced as
+    specfsm's zero-tax RESYNCING."""
 
     def __init__(
         self, max_concurrency: int, shape: DraftShape, name: str = "trtllm-max-conc"
@@ -424,7 +430,7 @@ class MaxConcurrencyController(Controller):
         self._on = want
         if want:
             return Plan(SPEC, Mode.SPECULATING, self.shape)
-        return Plan(PLAIN, Mode.PLAIN)
+        return Plan(ZERO_TAX, Mode.PLAIN)
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name, "max_concurrency": self.max_concurrency}
@@ -448,8 +454,8 @@ def lineup(
       SGLang disable adaptive, so it runs the tree statically (= always-spec).
     * vllm-bs-table: cut-off at the fit table's crossover against a WARM off step (its K=0
       still runs the draft at q=1), no hysteresis.
-    * trtllm-max-conc: cut-off at the crossover against a plain (zero-tax) off step (off is a
-      true plain decode), no hysteresis, catch-up on re-enable.
+    * trtllm-max-conc: cut-off at the crossover against a zero-tax off step (off is a zero-tax
+      step, the draft kept catchable), no hysteresis, catch-up on re-enable.
     * specfsm-threshold-zero-tax: ThresholdPolicy from the zero-tax crossover, zero-tax PLAIN
       (what `specfsm tune` recommends for the adapter's default PLAIN).
     * specfsm-threshold-warm: ThresholdPolicy from the warm crossover, warm PLAIN.

@@ -211,13 +211,29 @@ def test_sglang_slot_rule() -> None:
 
 
 def test_peer_rules_no_hysteresis(cost: CostModel) -> None:
-    """vLLM table and TRT max_concurrency follow the signal every iteration."""
+    """vLLM table and TRT max_concurrency follow the signal every iteration; TRT's off step is
+    a zero-tax step (the draft kept catchable in one iteration), as trtllm-schedule's."""
     v = BatchTableController(10, CHAIN3)
     assert v.plan(0, 10, 0, ()).kind == "spec" and v.plan(1, 10, 1, ()).kind == "warm"
     t = MaxConcurrencyController(10, CHAIN3)
-    assert t.plan(0, 11, 0, ()).kind == "plain"
+    assert t.plan(0, 11, 0, ()).kind == "zero_tax"
     assert t.plan(1, 10, 0, ()).kind == "resync"
     assert t.plan(2, 10, 0, ()).kind == "spec"
+
+
+def test_max_conc_prices_off_as_trtllm_schedule() -> None:
+    """The max-conc peer and trtllm-schedule with the same cut-off and one draft length run the
+    same iterations at the same prices (off: a zero-tax step), on a table whose zero-tax rows
+    are measured (on the shared table a zero-tax step is priced as a plain decode)."""
+    from specfsm.sim.baselines import DraftLenScheduleController
+
+    engine = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)
+    assert engine.zero_tax_ms(16) > engine.plain_ms(16)
+    load = ramp(2, 24, 2.0)
+    a = run(MaxConcurrencyController(10, CHAIN3), load, engine, 0.7, iterations=400, seed=5)
+    b = run(DraftLenScheduleController({10: 3}, 10), load, engine, 0.7, iterations=400, seed=5)
+    assert a.switches >= 1 and a.mode_time_s["PLAIN"] > 0
+    assert a.tok_s == b.tok_s and a.tpot_ms == b.tpot_ms
 
 
 def test_loads_shapes() -> None:
