@@ -35,3 +35,52 @@ def test_tp2_identical_decisions(
         ]
 
     assert decisions(0) and decisions(0) == decisions(1)
+
+
+def test_tp2_startup_profile_agrees(
+    tmp_path: Path, reference: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up profile on two TP ranks: the same transitions at the same iterations on
+    both, the same rows (rank 0's, broadcast) written by each, outputs equal no-spec."""
+    monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0|1")
+    prompts = E.default_prompts(2, seed=5)
+    policy = {
+        "name": "goodput",
+        "table": "h200_sglang0517_llama8b",
+        "shape": "chain3",
+        "accept_len": 2.0,
+        "shapes": ["chain1", "chain3"],
+    }
+    cfg = {
+        "shapes": ["chain1"],
+        "profile": {
+            "bs": [1, 2],
+            "forwards": 2,
+            "prompt_tokens": 16,
+            "save": str(tmp_path / "profile-{rank}.csv"),
+        },
+    }
+    eng = F.make_fsm_engine(tmp_path, policy=policy, config=cfg, spec="EAGLE3", tp_size=2)
+    try:
+        out = E.generate_greedy(eng, prompts, 12)
+    finally:
+        eng.shutdown()
+    assert out == reference(prompts, 12)  # type: ignore[operator]
+
+    def decisions(rank: int) -> list[tuple[int, str, str, str]]:
+        return [
+            (x["iteration"], x["src"], x["dst"], x["trigger"])
+            for x in F.transitions(tmp_path, rank)
+            if x.get("event") == "specfsm.transition"
+        ]
+
+    assert decisions(0) and decisions(0) == decisions(1)
+    rows = [
+        [
+            ln
+            for ln in (tmp_path / f"profile-{r}.csv").read_text().splitlines()
+            if not ln.startswith("#")
+        ]
+        for r in (0, 1)
+    ]
+    assert len(rows[0]) > 1 and rows[0] == rows[1]
