@@ -322,6 +322,12 @@ def check_profile(cfg: Config, dp_attention: bool = False) -> None:
         )
     if dp_attention:
         raise ConfigError("profile", "not supported with DP attention (untested)")
+    spec = cfg.profile_spec
+    if spec is not None and spec.save:
+        try:
+            prepare_log(spec.save)  # the same checks as the log: directory, writable, braces
+        except ConfigError as exc:
+            raise ConfigError("profile.save", exc.reason) from None
 
 
 PROFILE_KEYS = ("bs", "forwards", "prompt_tokens", "save", "max_seconds")

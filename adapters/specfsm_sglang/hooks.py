@@ -210,6 +210,14 @@ def register(cfg: Config) -> None:
                 ctl.apply_profile(StartupProfile(spec, ctl, self).run())
             except ConfigError as exc:
                 _refuse(exc)
+            except Exception as exc:  # refuse in one line naming the profile, not a traceback
+                _refuse(
+                    ConfigError(
+                        "profile",
+                        f"the start-up profile failed: {type(exc).__name__}: {exc}"[:600]
+                        + ' (start without "profile" to serve on the shipped table)',
+                    )
+                )
 
     def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         from specfsm_sglang.controller import Controller

@@ -257,6 +257,7 @@ class StartupProfile:
         self._pending: list[Any] = []
         self._todo: list[int] = []
         self._aborted = False
+        self._cleaned = False
         self._phase_t0 = 0.0
         self._t0 = 0.0
         self.phases: list[dict[str, object]] = []
@@ -343,9 +344,15 @@ class StartupProfile:
             self._pending = []
         return got
 
+    def _leftovers(self) -> int:
+        """Profile requests still in the scheduler's waiting queue."""
+        queue = getattr(self.scheduler, "waiting_queue", None) or []
+        return sum(1 for r in queue if str(getattr(r, "rid", "")).startswith(RID_PREFIX))
+
     def _start_phase(self, bs: int) -> None:
         self.schedule.start(bs)
         self._aborted = False
+        self._cleaned = False
         self._phase_t0 = time.perf_counter()
         self._pending = self._requests(bs, len(self.phases))
 
@@ -354,6 +361,14 @@ class StartupProfile:
         if self._pending:  # submitted, not yet received
             return
         sched = self.schedule
+        if sched.bs and not self._cleaned and self._leftovers():
+            # requests the scheduler never admitted (a phase cut short): abort them first, so
+            # none is left queued when serving starts
+            from sglang.srt.managers.io_struct import AbortReq
+
+            self._cleaned = True
+            self._pending = [_build(AbortReq, rid=RID_PREFIX)]
+            return
         if sched.bs:
             self.phases.append(
                 {

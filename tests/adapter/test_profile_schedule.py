@@ -113,6 +113,10 @@ def test_profile_config_refusals() -> None:
     config.check_engine_shapes(ok, (1, 5, 6))
     with pytest.raises(ConfigError, match="DP attention"):
         config.check_engine_shapes(ok, (1, 5, 6), dp_attention=True)
+    unwritable = {"profile": {"save": "/proc/specfsm-no/profile.csv"}, "policy": GOODPUT}
+    with pytest.raises(ConfigError) as exc:
+        config.check_engine_shapes(Config.from_mapping(unwritable), (1, 5, 6))
+    assert exc.value.key == "profile.save" and "cannot create directory" in exc.value.reason
     for bad, key in (
         ({"bs": []}, "profile.bs"),
         ({"bs": [0]}, "profile.bs"),
