@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from specfsm import Event, Mode, Observation
-from specfsm.fsm.table import TOWARD
+from specfsm.fsm.table import toward_shape
 from specfsm.model.acceptance import DraftShape
 from specfsm.model.costs import (
     COLUMNS,
@@ -134,13 +134,9 @@ class ProfileSchedule:
                 break
             self._i += 1
         want = self.targets[self._i] if self._i < len(self.targets) else self.home
-        if want is None:
-            ev = TOWARD[(mode, Mode.PLAIN)]
-        elif mode is Mode.SPECULATING and obs.shape is not None and obs.shape != want:
+        ev = toward_shape(mode, obs.shape, want)
+        if ev is Event.RESHAPE:
             self.next_shape = want
-            ev = Event.RESHAPE
-        else:
-            ev = TOWARD[(mode, Mode.SPECULATING)]
         if ev is None and self._i >= len(self.targets) and mode is Mode.SPECULATING:
             self.phase_done = True
         if ev is not None:

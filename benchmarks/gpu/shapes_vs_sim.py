@@ -85,41 +85,28 @@ def main() -> int:
             acc = statics[shape_text(launch)].get("accept_length") or 1.0
             alpha = alpha_from_accept_length(float(acc), launch)
             cost = CostModel(table, launch)
-            sim: dict[str, float] = {}
-            for s in shapes:
+
+            def tok_s(ctl: Any, c: int = c, alpha: float = alpha, cost: CostModel = cost) -> float:
                 r = run(
-                    FixedController(True, s),
+                    ctl,
                     fixed_concurrency(c),
                     cost,
                     alpha,
                     iterations=args.iterations,
                     warmup_iterations=300,
                 )
-                sim[s.label()] = r.tok_s
+                return r.tok_s
+
+            sim = {s.label(): tok_s(FixedController(True, s)) for s in shapes}
             # the engine's PLAIN state held (zero-tax steps, draft prefilled), as measured above
-            r = run(
-                StaticController(PLAIN_STATE_NAME, None),
-                fixed_concurrency(c),
-                cost,
-                alpha,
-                iterations=args.iterations,
-                warmup_iterations=300,
-            )
-            sim["PLAIN"] = r.tok_s
+            sim["PLAIN"] = tok_s(StaticController(PLAIN_STATE_NAME, None))
             pol = GoodputPolicy(cost, float(acc), shapes=shapes)
-            r = run(
-                FSMController("specfsm", pol, launch),
-                fixed_concurrency(c),
-                cost,
-                alpha,
-                iterations=args.iterations,
-                warmup_iterations=300,
-            )
+            specfsm_tok_s = tok_s(FSMController("specfsm", pol, launch))
             best_s = max(sim, key=lambda k: sim[k])
             out.append(
                 f"| {tag} | {c} | {best_m} ({statics[best_m]['tok_s']:.0f}) | {sf:.0f} | "
                 f"{sf / statics[best_m]['tok_s']:.3f} | {best_p} ({priced[best_p]:.0f}) | "
-                f"{best_s} ({sim[best_s]:.0f}) | {r.tok_s / sim[best_s]:.3f} |"
+                f"{best_s} ({sim[best_s]:.0f}) | {specfsm_tok_s / sim[best_s]:.3f} |"
             )
     text = "\n".join(out)
     print(text)

@@ -346,17 +346,23 @@ class Suite:
         extra = json.loads(self.args.fsm_config).get("shapes", [])
         return [launch, *[str(x) for x in extra if str(x) != launch]]
 
+    def shape_variants(self) -> list[tuple[str, dict[str, Any]]]:
+        """(name, control) of every static choice (each shape held by a one-target ShapeCycle,
+        PLAIN pinned) and of the shape-choosing policy ``--shapes-policy``."""
+        cycle = "specfsm_testbed.shape_policies:ShapeCycle"
+        variants: list[tuple[str, dict[str, Any]]] = [
+            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}})
+            for x in self.shape_labels()
+        ]
+        variants.append(("static_PLAIN", {"pin": "PLAIN"}))
+        variants.append(("specfsm", {"policy": json.loads(self.args.shapes_policy)}))
+        return variants
+
     def phase_shapes(self) -> None:
         a = self.args
         if not self.fsm:
             return
-        labels = self.shape_labels()
-        cycle = "specfsm_testbed.shape_policies:ShapeCycle"
-        variants: list[tuple[str, dict[str, Any]]] = [
-            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}}) for x in labels
-        ]
-        variants.append(("static_PLAIN", {"pin": "PLAIN"}))
-        variants.append(("specfsm", {"policy": json.loads(a.shapes_policy)}))
+        variants = self.shape_variants()
         ctx = a.ctx[0]
         log = self.out / f"transitions_{self.tag}.jsonl"
         for c in a.shapes_c:
@@ -415,13 +421,7 @@ class Suite:
         a = self.args
         if not self.fsm:
             return
-        labels = self.shape_labels()
-        cycle = "specfsm_testbed.shape_policies:ShapeCycle"
-        variants: list[tuple[str, dict[str, Any]]] = [
-            (f"static_{x}", {"policy": {"name": cycle, "targets": [x], "every": 1}}) for x in labels
-        ]
-        variants.append(("static_PLAIN", {"pin": "PLAIN"}))
-        variants.append(("specfsm", {"policy": json.loads(a.shapes_policy)}))
+        variants = self.shape_variants()
         ctx = a.ctx[0]
         for c in a.steady_c:
             self.generate(self.prompts(c, ctx), 1)

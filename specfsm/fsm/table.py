@@ -224,3 +224,15 @@ def toward(mode: Mode, speculate: bool) -> Event | None:
     """The load event that moves `mode` toward speculating (True) or not (False), if any:
     ``TOWARD[(mode, SPECULATING or PLAIN)]``."""
     return TOWARD[(mode, Mode.SPECULATING if speculate else Mode.PLAIN)]
+
+
+def toward_shape(mode: Mode, shape: object, want: object) -> Event | None:
+    """The event that moves the machine (in `mode`, drafting `shape`) toward `want`: None for
+    PLAIN, else SPECULATING at the shape `want`. RESHAPE when speculating at another shape (the
+    caller names `want` as the policy's ``next_shape``), else the load event of `TOWARD`; None
+    when it is there or only a completion event can move it."""
+    if want is None:
+        return TOWARD[(mode, Mode.PLAIN)]
+    if mode is Mode.SPECULATING and shape is not None and shape != want:
+        return Event.RESHAPE
+    return TOWARD[(mode, Mode.SPECULATING)]

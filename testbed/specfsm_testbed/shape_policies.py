@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specfsm import Event, Mode, Observation
-from specfsm.fsm.table import TOWARD
+from specfsm.fsm.table import toward_shape
 from specfsm.model.acceptance import DraftShape, parse_shape
 
 
@@ -33,13 +33,9 @@ class ShapeCycle:
     def decide(self, mode: Mode, obs: Observation) -> Event | None:
         i = (obs.iteration // self.every) % len(self.targets)
         want = self.targets[i]
-        if want is None:
-            ev = TOWARD[(mode, Mode.PLAIN)]
-        elif mode is Mode.SPECULATING and obs.shape is not None and obs.shape != want:
+        ev = toward_shape(mode, obs.shape, want)
+        if ev is Event.RESHAPE:
             self.next_shape = want
-            ev = Event.RESHAPE
-        else:
-            ev = TOWARD[(mode, Mode.SPECULATING)]
         if ev is not None:
             self.last_reason = f"shape cycle: target {self.labels[i]}"
         return ev

@@ -43,3 +43,18 @@ def test_table_is_read_only() -> None:
     except TypeError:
         return
     raise AssertionError("TRANSITIONS is mutable")
+
+
+def test_toward_shape_names_the_event_the_table_accepts() -> None:
+    """toward_shape: RESHAPE only while speculating at another shape; the load events of
+    TOWARD otherwise; None where the machine is or only a completion event can move it."""
+    from specfsm.fsm.table import TOWARD, Event, Mode, toward_shape
+    from specfsm.model.acceptance import DraftShape
+
+    c1, c3 = DraftShape.chain(1), DraftShape.chain(3)
+    assert toward_shape(Mode.SPECULATING, c3, c1) is Event.RESHAPE
+    assert toward_shape(Mode.SPECULATING, c3, c3) is None
+    assert toward_shape(Mode.SPECULATING, c3, None) is TOWARD[(Mode.SPECULATING, Mode.PLAIN)]
+    assert toward_shape(Mode.PLAIN, None, c1) is TOWARD[(Mode.PLAIN, Mode.SPECULATING)]
+    assert toward_shape(Mode.PLAIN, None, None) is None
+    assert toward_shape(Mode.DRAINING, None, c1) is None

@@ -12,6 +12,15 @@ from specfsm_testbed import fsm as F
 pytestmark = pytest.mark.engine
 
 
+def _decisions(test_dir: Path, rank: int) -> list[tuple[int, str, str, str]]:
+    """(iteration, src, dst, trigger) of every transition the rank logged."""
+    return [
+        (x["iteration"], x["src"], x["dst"], x["trigger"])
+        for x in F.transitions(test_dir, rank)
+        if x.get("event") == "specfsm.transition"
+    ]
+
+
 def test_tp2_identical_decisions(
     tmp_path: Path, reference: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -27,14 +36,7 @@ def test_tp2_identical_decisions(
         eng.shutdown()
     assert out == reference(prompts, 12)  # type: ignore[operator]
 
-    def decisions(rank: int) -> list[tuple[int, str, str, str]]:
-        return [
-            (x["iteration"], x["src"], x["dst"], x["trigger"])
-            for x in F.transitions(tmp_path, rank)
-            if x.get("event") == "specfsm.transition"
-        ]
-
-    assert decisions(0) and decisions(0) == decisions(1)
+    assert _decisions(tmp_path, 0) and _decisions(tmp_path, 0) == _decisions(tmp_path, 1)
 
 
 def test_tp2_startup_profile_agrees(
@@ -67,14 +69,7 @@ def test_tp2_startup_profile_agrees(
         eng.shutdown()
     assert out == reference(prompts, 12)  # type: ignore[operator]
 
-    def decisions(rank: int) -> list[tuple[int, str, str, str]]:
-        return [
-            (x["iteration"], x["src"], x["dst"], x["trigger"])
-            for x in F.transitions(tmp_path, rank)
-            if x.get("event") == "specfsm.transition"
-        ]
-
-    assert decisions(0) and decisions(0) == decisions(1)
+    assert _decisions(tmp_path, 0) and _decisions(tmp_path, 0) == _decisions(tmp_path, 1)
     rows = [
         [
             ln
