@@ -356,7 +356,7 @@ def parse_profile(key: str, value: object) -> ProfileSpec | None:
     if value is True:
         return ProfileSpec()
     obj = check_object(
-        key, value, 'true, or {"bs": [1, 8, 32], "forwards": 4, "prompt_tokens": 256, ...}'
+        key, value, 'true, or {"bs": [1, 8, 32], "forwards": 8, "prompt_tokens": 256, ...}'
     )
     check_keys(key, obj, PROFILE_KEYS)
     bs: tuple[int, ...] | None = None

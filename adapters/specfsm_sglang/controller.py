@@ -334,35 +334,34 @@ class Controller:
         """Price the configured goodput policy with the start-up profile's rows (its
         ``profile``: `specfsm_sglang.profile`) and log what was measured; with no row measured
         the configured policy stays as built. ConfigError when the policy refuses the rows."""
-        line: dict[str, object] = {
-            "profile": {
-                "path": result.path,
-                "seconds": result.seconds,
-                "rows": len(result.rows),
-                "ctx": result.ctx,
-                "phases": result.phases,
-                "skipped": result.skipped,
-            }
+        prof: dict[str, object] = {
+            "path": result.path,
+            "seconds": result.seconds,
+            "rows": len(result.rows),
+            "ctx": result.ctx,
+            "phases": result.phases,
+            "skipped": result.skipped,
         }
+        line: dict[str, object] = {"profile": prof}
         if result.rows:
             self.profile_path = result.path
             self.profile_rows = result.rows
             self.policy_spec = self.with_profile(self.cfg.policy)
-            self.fsm.policy = make_policy(self.policy_spec, key="profile")
-            from specfsm_sglang.profile import seed_calibration
-
-            line["profile"]["seeded"] = seed_calibration(self.fsm.policy, result.rows)  # type: ignore[index]
+            self.fsm.policy, prof["seeded"] = self._profiled_policy(self.policy_spec, "profile")
             line["policy"] = self.fsm.policy.describe()
         else:
-            line["profile"]["note"] = "nothing measured: the policy keeps its table"  # type: ignore[index]
+            prof["note"] = "nothing measured: the policy keeps its table"
         self.log.config(line, iteration=self.iteration)
 
-    def _seed(self, policy: Policy) -> None:
-        """The start-up profile's points count as measured for a new calibrating policy."""
-        if self.profile_rows:
-            from specfsm_sglang.profile import seed_calibration
+    def _profiled_policy(self, spec: dict[str, Any], key: str) -> tuple[Policy, int]:
+        """The policy of `spec` priced with the start-up profile (`with_profile`), its profiled
+        points seeded as measured in its calibration; with the number of points seeded."""
+        policy = make_policy(self.with_profile(spec), key=key)
+        if not self.profile_rows:
+            return policy, 0
+        from specfsm_sglang.profile import seed_calibration
 
-            seed_calibration(policy, self.profile_rows)
+        return policy, seed_calibration(policy, self.profile_rows)
 
     def with_profile(self, spec: dict[str, Any]) -> dict[str, Any]:
         """`spec` priced with this engine's start-up profile: a goodput policy naming no
@@ -589,11 +588,9 @@ class Controller:
                             f"{s.label()} has no runtime state on this server (built: "
                             f'{[b.label() for b in self.shape_states]}; config key "shapes")',
                         )
-                policy = make_policy(self.with_profile(change.policy or {}), key="control.policy")
-                self._seed(policy)
-            else:
-                policy = make_policy(self.policy_spec)  # unpin: back to the configured one
-                self._seed(policy)
+                policy, _ = self._profiled_policy(change.policy or {}, "control.policy")
+            else:  # unpin: back to the configured one
+                policy, _ = self._profiled_policy(self.policy_spec, "policy")
         except ConfigError as exc:
             self._log_control("refused", str(exc), content)
             return

@@ -61,7 +61,8 @@ from specfsm.model.costs import (
     spec_step_model,
     step_model_shape,
 )
-from specfsm_sglang.config import ProfileSpec
+from specfsm.policy.goodput import STEP_PLAIN, STEP_SPEC, STEP_WARM
+from specfsm_sglang.config import ProfileSpec, prepare_log
 from specfsm_sglang.controller import ControllerObserver
 
 if TYPE_CHECKING:
@@ -152,6 +153,10 @@ class ProfileSchedule:
         }
 
 
+#: The cost-table model of each measured PLAIN step kind (`Observation.step_kind`).
+OFF_STEP_MODELS = {STEP_PLAIN: PLAIN_STEP_MODEL, STEP_WARM: PLAIN_WARM_MODEL}
+
+
 def profile_rows(
     samples: dict[tuple[str, DraftShape | None, int], list[float]], ctx: int
 ) -> list[tuple[str, int, int, int, float]]:
@@ -162,12 +167,10 @@ def profile_rows(
         if not ms:
             continue
         med = round(statistics.median(ms), 4)
-        if kind == "spec" and shape is not None:
+        if kind == STEP_SPEC and shape is not None:
             rows.append((spec_step_model(shape), bs, shape.draft_tokens, ctx, med))
-        elif kind == "plain":
-            rows.append((PLAIN_STEP_MODEL, bs, 1, ctx, med))
-        elif kind == "warm":
-            rows.append((PLAIN_WARM_MODEL, bs, 1, ctx, med))
+        elif kind in OFF_STEP_MODELS:
+            rows.append((OFF_STEP_MODELS[kind], bs, 1, ctx, med))
     return rows
 
 
@@ -178,15 +181,16 @@ def seed_calibration(policy: Any, rows: Sequence[tuple[str, int, int, int, float
     cal = getattr(policy, "calibration", None)
     if cal is None:
         return 0
+    off_kinds = {m: k for k, m in OFF_STEP_MODELS.items()}
     n = 0
     for model, bs, _q, _ctx, _ms in rows:
         if model.startswith(SPEC_STEP_PREFIX):
             shape = step_model_shape(model)
             if shape is not None:
-                cal.observe("spec", shape, bs, 1.0)
+                cal.observe(STEP_SPEC, shape, bs, 1.0)
                 n += 1
-        elif model in (PLAIN_STEP_MODEL, PLAIN_WARM_MODEL):
-            cal.observe("plain" if model == PLAIN_STEP_MODEL else "warm", None, bs, 1.0)
+        elif model in off_kinds:
+            cal.observe(off_kinds[model], None, bs, 1.0)
             n += 1
     return n
 
@@ -439,8 +443,8 @@ class StartupProfile:
         ]
         text = rows_csv(rows, header)
         if self.spec.save:
-            path = self.spec.save.format(rank=self.ctl.rank)
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            # the log's path rules: "{rank}" replaced, directory created, writable
+            path = prepare_log(self.spec.save, self.ctl.rank)
         else:
             fd, path = tempfile.mkstemp(
                 prefix=f"specfsm-profile-rank{self.ctl.rank}-", suffix=".csv"
