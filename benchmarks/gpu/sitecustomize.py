@@ -34,7 +34,7 @@ import time
 
 _FILE = os.environ.get("SPECFSM_TIMING_FILE")
 
-_TARGETS = {
+_TARGETS: dict = {} if not _FILE else {
     "sglang.srt.managers.tp_worker": [("TpModelWorker", "forward_batch_generation", "target")],
     "sglang.srt.speculative.eagle_worker_v2": [
         ("EAGLEWorkerV2", "forward_batch_generation", "spec_step"),
@@ -136,7 +136,12 @@ class _Finder(importlib.abc.MetaPathFinder):
             for cls_name, meth, kind in _TARGETS[fullname]:
                 cls = getattr(module, cls_name, None)
                 if cls is not None and hasattr(cls, meth):
-                    _wrap(cls, meth, kind)
+                    if kind == "iter":
+                        _iter_wrap(cls)
+                    elif kind == "adaptive":
+                        _adaptive_wrap(cls)
+                    else:
+                        _wrap(cls, meth, kind)
                 else:
                     print(f"[timing] {fullname}.{cls_name}.{meth} not found", file=sys.stderr)
 
@@ -144,7 +149,94 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-if _FILE:
+# ``SPECFSM_ITER_TRACE=<dir>``: one record per scheduler iteration (``Scheduler.run_batch``):
+# wall time at launch, forward mode (E extend, M extend mixed with decode rows, D decode,
+# I idle), batch size, extend tokens, queued and running requests, free KV slots. No
+# synchronize: with overlap on, the gap to the next launch is the iteration's wall time as
+# served. The serving benchmark (benchmarks/serving/iters.py) reads the files.
+_ITER = os.environ.get("SPECFSM_ITER_TRACE")
+_ITER_BUF: list = []
+
+
+def _iter_flush() -> None:
+    if _ITER_BUF:
+        with open(os.path.join(_ITER, f"iter-{os.getpid()}.jsonl"), "a") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in _ITER_BUF))
+        _ITER_BUF.clear()
+
+
+def _iter_wrap(cls) -> None:
+    orig = cls.run_batch
+
+    def run_batch(self, batch, *args, **kwargs):
+        try:
+            fm = batch.forward_mode
+            mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D" if fm.is_decode() else "I"
+            ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
+            running = self.running_batch.batch_size() if self.running_batch is not None else 0
+            free = self.token_to_kv_pool_allocator.available_size()
+            _ITER_BUF.append([round(time.time(), 5), mode, batch.batch_size(), ext,
+                              len(self.waiting_queue), running, int(free)])
+            if len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0:
+                _iter_flush()
+        except Exception as exc:  # a trace must never break the server
+            print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
+        return orig(self, batch, *args, **kwargs)
+
+    run_batch.__wrapped__ = orig
+    cls.run_batch = run_batch
+
+
+if _ITER:
+    import atexit
+
+    os.makedirs(_ITER, exist_ok=True)
+    atexit.register(_iter_flush)
+    _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(("Scheduler", "run_batch", "iter"))
+
+# ``SPECFSM_ADAPTIVE_GROW=1`` (harness only, for SGLang's own ``--speculative-adaptive`` as a
+# measured peer): 0.5.17 sizes the process-wide CUDA-graph logits buffer (GraphSharedOutput) for
+# the launch shape, so building the adaptive states of more steps fails at start ("shared
+# logits buffer holds 256 rows but caller needs 512"). Before each adaptive state is built the
+# buffer is replaced by one of max graph bs x that state's draft tokens rows, the same repair
+# specfsm's plugin makes for its own shapes (adapters/specfsm_sglang/compat.py,
+# grow_graph_logits). Nothing else of the adaptive path changes.
+def _adaptive_wrap(cls) -> None:
+    orig = cls.build_adaptive_runtime_state
+
+    def build(self, speculative_num_steps, speculative_num_draft_tokens, *args, **kwargs):
+        try:
+            runners = [self._target_worker.model_runner, self._draft_worker.draft_runner]
+            shared = getattr(runners[0], "graph_shared_output", None)
+            bs = kwargs.get("cuda_graph_bs") or (args[0] if args else None)
+            if not bs:
+                from sglang.srt.runtime_context import get_exec
+
+                bs = get_exec().graph.cuda_graph_bs_decode
+            rows = max(bs) * max(int(speculative_num_draft_tokens), 1) * max(self.topk, 1)
+            if shared is not None and int(shared.max_rows) < rows:
+                kind = type(shared)
+                grown = kind(device=shared.device, max_rows=rows)
+                if getattr(kind, "_process_shared", None) is shared:
+                    kind._process_shared = grown
+                for r in runners:
+                    if getattr(r, "graph_shared_output", None) is shared:
+                        r.graph_shared_output = grown
+                print(f"[adaptive-grow] logits buffer {shared.max_rows} -> {rows} rows",
+                      file=sys.stderr)
+        except Exception as exc:
+            print(f"[adaptive-grow] {type(exc).__name__}: {exc}", file=sys.stderr)
+        return orig(self, speculative_num_steps, speculative_num_draft_tokens, *args, **kwargs)
+
+    build.__wrapped__ = orig
+    cls.build_adaptive_runtime_state = build
+
+
+if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
+    _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
+        ("EAGLEWorkerV2", "build_adaptive_runtime_state", "adaptive"))
+
+if _FILE or _ITER or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     sys.meta_path.insert(0, _Finder())
 if os.environ.get("SPECFSM_AGREE"):  # bigram target + agreeing draft (agree_weights.py, copied
     __import__("agree_weights").install_hook()  # next to this file by run_on_device.sh)

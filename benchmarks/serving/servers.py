@@ -1,0 +1,257 @@
+"""The servers a serving benchmark compares, started the way operators start them:
+``python -m sglang.launch_server`` in its own process group, ready when ``/health`` answers.
+
+Servers (``--servers``):
+
+- ``nospec``: no speculation;
+- ``eagle``: stock EAGLE, without the plugin on the path at all;
+- ``specfsm``: the same EAGLE server with the specfsm plugin, launched with the goodput policy
+  and the start-up profile; its *variants* are set through specfsm's control file between runs,
+  on the one server: ``goodput`` (as launched), ``plain`` (pinned PLAIN), ``spec`` (pinned
+  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy);
+- ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1).
+
+Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
+with an EAGLE draft by ``benchmarks/gpu/agree_weights.py``; paths from run_on_device.sh) and
+``cpu`` (SGLang 0.5.23 on this machine's test bed: the tiny agreeing target and draft).
+
+Standard library only (the CPU bed imports the test bed for its model paths and flags).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVERS = ("nospec", "eagle", "specfsm", "adaptive")
+VARIANTS = ("goodput", "plain", "spec", "example")
+EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
+
+CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+GPU_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def flags(args: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for k, v in args.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            out.append(flag)
+        elif v is False or v is None:
+            continue
+        elif isinstance(v, list):
+            out += [flag, *map(str, v)]
+        else:
+            out += [flag, str(v)]
+    return out
+
+
+def example_policy() -> dict[str, Any]:
+    return dict(json.loads(EXAMPLE.read_text())["policy"])
+
+
+@dataclass
+class Bed:
+    """Where and how servers run: ``gpu`` or ``cpu``."""
+
+    name: str
+    work: Path  # per-run files: configs, control files, logs
+    env: dict[str, str] = field(default_factory=dict)
+
+    def engine_args(self, server: str) -> dict[str, Any]:
+        if self.name == "cpu":
+            from specfsm_testbed import engine as E
+
+            spec = None if server == "nospec" else "EAGLE"
+            args = E.engine_args(
+                spec=spec, agree="mid", overlap=True, max_running_requests=16, max_total_tokens=8192
+            )
+            args.pop("device", None)
+            args["device"] = "cpu"
+            args["log_level"] = "info"
+        else:
+            w = Path(os.environ.get("WORK", "/tmp/specfsm_gpu"))
+            args = {
+                "model_path": str(w / "models" / "llama8b"),
+                "load_format": "dummy",
+                "dtype": "bfloat16",
+                "attention_backend": os.environ.get("ATTN", "flashinfer"),
+                "sampling_backend": "pytorch",
+                "skip_tokenizer_init": True,
+                "cuda_graph_bs_decode": GPU_GRAPH_BS,
+                "cuda_graph_max_bs_decode": max(GPU_GRAPH_BS),
+                "max_running_requests": 256,
+                "mem_fraction_static": 0.8,
+                "random_seed": 0,
+                "log_level": "info",
+            }
+            if server != "nospec":
+                args["speculative_algorithm"] = "EAGLE"
+                args["speculative_draft_model_path"] = str(w / "models" / "eagle_llama8b")
+                args.update(CHAIN)
+        if server == "adaptive":
+            args["speculative_adaptive"] = True
+        args["incremental_streaming_output"] = True
+        args["enable_metrics"] = True
+        return args
+
+    def server_env(self, server: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.env)
+        if self.name == "cpu":
+            env.update(
+                {"SPECFSM_SGLANG_CPU": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            )
+            env["SGLANG_PLUGINS"] = "specfsm_cpu,specfsm" if server == "specfsm" else "specfsm_cpu"
+            if env.get("SPECFSM_ITER_TRACE"):
+                hook = self.work / "hook"
+                hook.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / "benchmarks" / "gpu" / "sitecustomize.py", hook)
+                env["PYTHONPATH"] = os.pathsep.join(
+                    x for x in (str(hook), env.get("PYTHONPATH", "")) if x
+                )
+        else:
+            env["SPECFSM_AGREE"] = "mid"  # agree_weights.py's hook, in the box's sitecustomize
+            # the plugin's distribution is on the path only for the specfsm server
+            path = env.get("SERVING_PATH_STOCK", "")
+            if server == "adaptive":
+                env["SPECFSM_ADAPTIVE_GROW"] = "1"  # sitecustomize.py: the 0.5.17 start-up fix
+            if server == "specfsm":
+                path = env.get("SERVING_PATH_PLUGIN", path)
+                env["SGLANG_PLUGINS"] = "specfsm"
+            env["PYTHONPATH"] = path
+        return env
+
+
+@dataclass
+class Server:
+    bed: Bed
+    server: str
+    log_path: Path
+    fsm_config: dict[str, Any] | None = None
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    start_s: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def control_path(self) -> Path:
+        return self.bed.work / f"control_{self.server}.json"
+
+    def argv(self) -> list[str]:
+        args = {**self.bed.engine_args(self.server), "host": "127.0.0.1", "port": self.port}
+        return [sys.executable, "-m", "sglang.launch_server", *flags(args)]
+
+    def start(self, timeout_s: float) -> None:
+        env = self.bed.server_env(self.server)
+        if self.server == "specfsm":
+            cfg = dict(self.fsm_config or {})
+            cfg.setdefault("control_file", str(self.control_path))
+            self.control_path.unlink(missing_ok=True)
+            env["SPECFSM_CONFIG_JSON"] = json.dumps(cfg)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv(),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.server}: server exited with {self.proc.returncode}\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() - t0 > timeout_s:
+                self.stop()
+                raise RuntimeError(
+                    f"{self.server}: not healthy after {timeout_s:.0f} s\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+        self.start_s = time.monotonic() - t0
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return r.read().decode()
+
+    def kv_tokens(self) -> int | None:
+        """The target's KV pool in tokens (``/get_server_info``, else the start-up log line)."""
+        try:
+            info = json.loads(self.get("/get_server_info"))
+            for src in [info, *(info.get("internal_states") or [])]:
+                if isinstance(src, dict) and src.get("max_total_num_tokens"):
+                    return int(src["max_total_num_tokens"])
+        except (OSError, ValueError):
+            pass
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if "max_total_num_tokens=" in line:
+                return int(line.split("max_total_num_tokens=")[1].split(",")[0])
+        return None
+
+    def set_variant(self, variant: str, goodput: dict[str, Any]) -> None:
+        """Set the specfsm server's variant through its control file (applied within
+        ``control_every`` iterations; the caller waits before the trace)."""
+        change: dict[str, Any]
+        if variant == "plain":
+            change = {"pin": "PLAIN"}
+        elif variant == "spec":
+            change = {"pin": "SPECULATING"}
+        elif variant == "example":
+            change = {"policy": example_policy()}
+        elif variant == "goodput":
+            change = {"policy": goodput}
+        else:
+            raise ValueError(f"unknown variant {variant!r}")
+        tmp = self.control_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(change))
+        os.replace(tmp, self.control_path)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""

@@ -1,0 +1,280 @@
+"""What one trace did on one server, and the summary lines that compare servers.
+
+A run's throughput is the output tokens that arrived inside the trace's window divided by the
+window (per phase: inside the phase), so every server is judged on the same seconds of the
+same load. Latencies (TTFT, TPOT) are per request, grouped by the phase the request was sent
+in. Nothing is lost when every request either finished with exactly ``max_new_tokens`` tokens
+or was cut by the client after its ``abort_after`` tokens.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from client import BIN_S
+from traces import Trace
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    i = min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))
+    return xs[i]
+
+
+def _tokens_between(recs: Iterable[dict[str, Any]], a: float, b: float) -> int:
+    lo, hi = round(a / BIN_S), round(b / BIN_S)
+    n = 0
+    for r in recs:
+        for k, v in r["bins"].items():
+            if lo <= int(k) < hi:
+                n += v
+    return n
+
+
+def lost(r: dict[str, Any]) -> bool:
+    """True when the request did not end as it had to: full length, or cut by the client."""
+    if r["status"] == "done":
+        return int(r["tokens"]) != int(r["max_new_tokens"])
+    if r["status"] == "cut_by_client":
+        return r.get("abort_after") is None or int(r["tokens"]) < int(r["abort_after"])
+    return True
+
+
+def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per phase and overall: tok/s, finished requests, TTFT / TPOT p50 / p99 (ms)."""
+    phases = []
+    for i, (p, (a, b)) in enumerate(zip(trace.phases, trace.phase_bounds(), strict=True)):
+        mine = [r for r in recs if r["phase"] == i and r["status"] == "done"]
+        ttft = [1e3 * (r["t_first"] - r["t_send"]) for r in mine if "t_first" in r]
+        tpot = [
+            1e3 * (r["t_last"] - r["t_first"]) / (r["tokens"] - 1)
+            for r in mine
+            if r["tokens"] > 1 and "t_first" in r
+        ]
+        phases.append(
+            {
+                "phase": p.label(),
+                "tok_s": _tokens_between(recs, a, b) / (b - a),
+                "finished": len(mine),
+                "ttft_p50_ms": _pct(ttft, 0.5),
+                "ttft_p99_ms": _pct(ttft, 0.99),
+                "tpot_p50_ms": _pct(tpot, 0.5),
+                "tpot_p99_ms": _pct(tpot, 0.99),
+            }
+        )
+    end = max((r["t_end"] for r in recs), default=trace.seconds)
+    done = [r for r in recs if r["status"] == "done"]
+    ttft_all = [1e3 * (r["t_first"] - r["t_send"]) for r in done if "t_first" in r]
+    tpot_all = [
+        1e3 * (r["t_last"] - r["t_first"]) / (r["tokens"] - 1)
+        for r in done
+        if r["tokens"] > 1 and "t_first" in r
+    ]
+    return {
+        "ttft_p50_ms": _pct(ttft_all, 0.5),
+        "ttft_p99_ms": _pct(ttft_all, 0.99),
+        "tpot_p50_ms": _pct(tpot_all, 0.5),
+        "tpot_p99_ms": _pct(tpot_all, 0.99),
+        "tok_s": _tokens_between(recs, 0.0, trace.seconds) / trace.seconds,
+        "finished_tok_per_s_to_last": sum(r["tokens"] for r in done) / max(end, 1e-9),
+        "requests": len(recs),
+        "finished": len(done),
+        "cut_by_client": sum(r["status"] == "cut_by_client" for r in recs),
+        "lost": sum(lost(r) for r in recs),
+        "lost_examples": [
+            {k: r.get(k) for k in ("k", "status", "tokens", "max_new_tokens", "error")}
+            for r in recs
+            if lost(r)
+        ][:5],
+        "drain_s": max(0.0, end - trace.seconds),
+        "phases": phases,
+    }
+
+
+def greedy_mismatches(recs: list[dict[str, Any]], ref: list[dict[str, Any]]) -> tuple[int, int]:
+    """(compared, differing) finished requests of the same index with the reference run."""
+    want = {r["k"]: r["ids_sha"] for r in ref if r["status"] == "done"}
+    both = [r for r in recs if r["status"] == "done" and r["k"] in want]
+    return len(both), sum(r["ids_sha"] != want[r["k"]] for r in both)
+
+
+def mean_spread(xs: list[float]) -> tuple[float, float]:
+    """Mean and spread ((max - min) / mean) of repetitions."""
+    m = statistics.fmean(xs)
+    return m, (max(xs) - min(xs)) / m if m else 0.0
+
+
+def fmt_reps(xs: list[float], digits: int = 3) -> str:
+    m, s = mean_spread(xs)
+    reps = ", ".join(f"{x:.{digits}f}" for x in xs)
+    return f"{m:.{digits}f} (reps {reps}; spread {100 * s:.1f}%)"
+
+
+STATIC = ("nospec", "eagle")
+GOALS = {
+    "serve_plain_vs_nospec_server": ("specfsm_plain", "nospec", ">= 0.99"),
+    "serve_spec_vs_stock_server": ("specfsm_spec", "eagle", ">= 0.99"),
+}
+
+
+def _load(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    head: dict[str, Any] = {}
+    runs, servers = [], []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "started" in rec:
+            head = rec
+        elif "trace" in rec:
+            runs.append(rec)
+        else:
+            servers.append(rec)
+    return head, runs, servers
+
+
+def save_requests(rdir: Path, recs: list[dict[str, Any]]) -> None:
+    """The run's requests as one gzipped JSON-lines file beside ``rdir`` (token bins dropped:
+    the run's metrics already hold what they counted), ``rdir`` removed."""
+    with gzip.open(rdir.with_suffix(".jsonl.gz"), "wt") as fh:
+        for r in recs:
+            fh.write(json.dumps({k: v for k, v in r.items() if k != "bins"}) + "\n")
+    shutil.rmtree(rdir, ignore_errors=True)
+
+
+def _requests(out: Path, label: str, trace: str, rep: int) -> list[dict[str, Any]]:
+    path = out / "requests" / f"{label}_{trace}_rep{rep}.jsonl.gz"
+    if not path.exists():
+        return []
+    with gzip.open(path, "rt") as fh:
+        return [json.loads(x) for x in fh if x.strip()]
+
+
+def _ratio_line(name: str, a: list[float], b: list[float], goal: str) -> str:
+    n = min(len(a), len(b))
+    rs = [a[i] / b[i] for i in range(n) if b[i]]
+    if not rs:
+        return f"{name}: n/a"
+    return f"{name}: {fmt_reps(rs)} (goal {goal})"
+
+
+def summarize(runs_path: Path, traces: dict[str, Trace]) -> list[str]:
+    """The summary lines of every run recorded in ``runs_path``."""
+    out = runs_path.parent
+    head, runs, servers = _load(runs_path)
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in sorted(runs, key=lambda r: r["rep"]):
+        by.setdefault((r["server"], r["trace"]), []).append(r)
+    labels = sorted({r["server"] for r in runs}, key=lambda s: (s not in STATIC, s))
+    lines = [
+        f"# serving benchmark, started {head.get('started', '?')}, bed {head.get('bed', '?')}",
+        f"# command: {' '.join(head.get('argv', []))}",
+        "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
+        "ratios are per repetition (same rep of both servers), then mean and spread",
+    ]
+    lost = mism = compared = 0
+    for t, trace in traces.items():
+        lines.append(
+            f"serving_trace[{t}]: {' '.join(p.label() for p in trace.phases)} "
+            f"({trace.phases[0].seconds:g} s each)"
+        )
+        tok = {lab: [r["tok_s"] for r in by.get((lab, t), [])] for lab in labels}
+        tok = {k: v for k, v in tok.items() if v}
+        for lab, xs in tok.items():
+            runs_t = by[(lab, t)]
+            lines.append(f"serve_tok_s[{t}][{lab}]: {fmt_reps(xs, 1)}")
+            ph = runs_t[0]["phases"]
+            means = [
+                statistics.fmean(r["phases"][i]["tok_s"] for r in runs_t) for i in range(len(ph))
+            ]
+            lines.append(
+                f"serve_phase_tok_s[{t}][{lab}]: "
+                + " ".join(f"{p['phase']}={m:.0f}" for p, m in zip(ph, means, strict=True))
+            )
+            lat = {
+                k: statistics.fmean(r[k] for r in runs_t if r.get(k) is not None)
+                for k in ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms")
+                if any(r.get(k) is not None for r in runs_t)
+            }
+            lines.append(
+                f"serve_latency_ms[{t}][{lab}]: "
+                + " ".join(f"{k[:-3]}={v:.1f}" for k, v in lat.items())
+            )
+            lost += sum(r["lost"] for r in runs_t)
+        for name, (a, b, goal) in GOALS.items():
+            if a in tok and b in tok:
+                lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], goal))
+        statics = [s for s in STATIC if s in tok]
+        if statics:
+            n = min(len(tok[s]) for s in statics)
+            best = [max(tok[s][i] for s in statics) for i in range(n)]
+            oracle = []
+            for i in range(n):
+                total = 0.0
+                for j, p in enumerate(trace.phases):
+                    total += p.seconds * max(by[(s, t)][i]["phases"][j]["tok_s"] for s in statics)
+                oracle.append(total / trace.seconds)
+            for lab in [
+                x for x in tok if x.startswith("specfsm_") and x[8:] in ("goodput", "example")
+            ]:
+                tag = "" if lab == "specfsm_goodput" else "_example"
+                lines.append(
+                    _ratio_line(
+                        f"serve_specfsm{tag}_vs_best_static[{t}]", tok[lab], best, ">= 1.00"
+                    )
+                )
+                lines.append(
+                    _ratio_line(
+                        f"serve_specfsm{tag}_vs_phase_oracle[{t}]", tok[lab], oracle, ">= 0.97"
+                    )
+                )
+        if "adaptive" in tok:
+            lines.append(f"serve_sglang_adaptive[{t}]: {fmt_reps(tok['adaptive'], 1)}")
+            if "specfsm_goodput" in tok:
+                lines.append(
+                    _ratio_line(
+                        f"serve_specfsm_vs_sglang_adaptive[{t}]",
+                        tok["specfsm_goodput"],
+                        tok["adaptive"],
+                        ">= 1.00",
+                    )
+                )
+        ref_lab = "nospec" if "nospec" in tok else (next(iter(tok)) if tok else None)
+        if ref_lab is not None:
+            ref = _requests(out, ref_lab, t, 0)
+            for lab in tok:
+                for r in by[(lab, t)]:
+                    if (lab, r["rep"]) == (ref_lab, 0):
+                        continue
+                    c, m = greedy_mismatches(_requests(out, lab, t, r["rep"]), ref)
+                    compared += c
+                    mism += m
+    kv = {s["server"]: s["kv_tokens"] for s in servers if s.get("kv_tokens")}
+    for s, v in kv.items():
+        lines.append(f"serve_kv_tokens[{s}]: {v}")
+    if "specfsm" in kv and "eagle" in kv:
+        lines.append(
+            f"serve_kv_tokens_vs_stock_server: {kv['specfsm'] / kv['eagle']:.3f} (goal >= 0.98)"
+        )
+    lines.append(f"serve_lost_requests: {lost}")
+    lines.append(f"serve_greedy_compared_requests: {compared}")
+    lines.append(f"serve_greedy_mismatches: {mism}")
+    failed = [s["server"] for s in servers if "start_failed" in s or "error" in s]
+    lines.append(
+        f"serve_servers_failed: {len(failed)}" + (f" ({', '.join(failed)})" if failed else "")
+    )
+    leaks = [s["server"] for s in servers if s.get("memory_leak_reported")]
+    lines.append(
+        f"serve_memory_leaks_reported: {len(leaks)}" + (f" ({', '.join(leaks)})" if leaks else "")
+    )
+    return lines

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Serving benchmark: the same time-varying loads against real SGLang HTTP servers, one server
+after another on one machine, tokens per second per phase and overall, side by side.
+
+    python3 benchmarks/serving_bench.py --bed cpu --quick --out out/serving     # CPU test bed
+    bash benchmarks/gpu/run_on_device.sh install serving                        # the H200 box
+
+Servers: ``nospec`` (no speculation), ``eagle`` (stock EAGLE, no plugin), ``specfsm`` (EAGLE
+plus the plugin, its variants ``goodput`` / ``plain`` / ``spec`` / ``example`` set through the
+control file on the one server), ``adaptive`` (SGLang's ``--speculative-adaptive``); see
+benchmarks/serving/servers.py. Traces: ``light``, ``heavy``, ``bursty``, ``day``
+(benchmarks/serving/traces.py). Each server runs every trace (and each specfsm variant)
+``--reps`` times, repetitions interleaved over traces and variants. Written as it goes into
+``--out``: ``runs.jsonl`` (one record per run, as it finishes), the server logs, specfsm's
+transition log, the per-iteration traces; at the end ``serving_summary.txt`` (``name[trace]:
+value`` lines, each with its repetitions and spread). A server that fails to start or dies is
+reported in one line and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
+
+import client
+import iters
+import summary
+import traces
+from servers import SERVERS, VARIANTS, Bed, Server
+
+# accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4)
+GPU_GOODPUT = {
+    "name": "goodput",
+    "table": "h200_sglang0517_llama8b",
+    "shape": "chain3",
+    "accept_len": 2.4,
+}
+CPU_GOODPUT = GPU_GOODPUT
+
+
+def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "policy": json.loads(args.goodput),
+        "plain": "zero_tax",
+        "log": str(out / "specfsm" / "transitions-rank{rank}.jsonl"),
+        "observe_every": 500,
+        "contracts_every": 16,
+        "control_every": 16,
+    }
+    if args.profile:
+        cfg["profile"] = json.loads(args.profile)
+    return cfg
+
+
+def warm(srv: Server, n: int = 2) -> None:
+    """A few short requests, so a control-file change is read (it is read on iterations)."""
+    tr = traces.Trace("warm", (traces.Phase("closed", n, 0.5),), traces.CPU_LENGTHS, seed=99)
+    import urllib.request
+
+    for k in range(n):
+        r = traces.request(tr, k)
+        body = {
+            "input_ids": r.prompt,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, "ignore_eos": True},
+        }
+        req = urllib.request.Request(
+            srv.url + "/generate",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
+
+
+def run_server(
+    name: str, args: argparse.Namespace, bed: Bed, tr: dict[str, traces.Trace], out: Path, log: Any
+) -> None:
+    cfg = fsm_config(args, out) if name == "specfsm" else None
+    srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
+    it_dir = out / "iters" / name
+    bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
+    say(f"{name}: starting ({' '.join(srv.argv()[3:])})")
+    try:
+        srv.start(args.start_timeout)
+    except RuntimeError as exc:
+        say(f"{name}: FAILED to start: {str(exc).splitlines()[0]}")
+        log.write(json.dumps({"server": name, "start_failed": str(exc)[-2000:]}) + "\n")
+        log.flush()
+        return
+    kv = srv.kv_tokens()
+    say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
+    log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
+    variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
+    try:
+        for rep in range(args.reps):
+            for tname, trace in tr.items():
+                for var in variants:
+                    label = f"{name}_{var}" if var else name
+                    if not srv.alive():
+                        raise RuntimeError(f"{name}: server died\n{srv.log_tail()}")
+                    if var:
+                        srv.set_variant(var, json.loads(args.goodput))
+                    warm(srv)
+                    time.sleep(0.5)
+                    rdir = out / "requests" / f"{label}_{tname}_rep{rep}"
+                    t_wall = time.time()
+                    recs = client.play(trace, srv.url, rdir, procs=args.procs)
+                    m = summary.metrics(trace, recs)
+                    t0 = t_wall + 2.0
+                    if args.iter_trace:
+                        m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
+                    summary.save_requests(rdir, recs)
+                    rec = {"server": label, "trace": tname, "rep": rep, **m}
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    say(
+                        f"{label} {tname} rep{rep}: {m['tok_s']:.1f} tok/s, "
+                        f"{m['finished']}/{m['requests']} finished, lost {m['lost']}, "
+                        + " ".join(f"{p['phase']}={p['tok_s']:.0f}" for p in m["phases"])
+                    )
+                    if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
+                        (out / "metrics").mkdir(exist_ok=True)
+                        (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
+    except (RuntimeError, OSError) as exc:
+        say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
+        log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
+    finally:
+        srv.stop()
+    text = srv.log_path.read_text(errors="replace")
+    leak = "memory leak detected" in text
+    log.write(json.dumps({"server": name, "stopped": True, "memory_leak_reported": leak}) + "\n")
+    log.flush()
+    say(f"{name}: stopped (memory leak reported: {leak})")
+
+
+T_START = time.time()
+
+
+def say(text: str) -> None:
+    print(f"[serving +{time.time() - T_START:.0f}s] {text}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bed", choices=["gpu", "cpu"], default="cpu")
+    ap.add_argument("--servers", default="nospec,eagle,specfsm")
+    ap.add_argument("--variants", default="goodput,plain,spec,example")
+    ap.add_argument("--traces", default="light,heavy,bursty,day")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--phase-s", type=float, default=None, help="seconds per phase")
+    ap.add_argument("--procs", type=int, default=None, help="client processes")
+    ap.add_argument("--goodput", default=None, help="the specfsm server's goodput policy (JSON)")
+    ap.add_argument("--profile", default=None, help="specfsm's start-up profile config (JSON)")
+    ap.add_argument("--start-timeout", type=float, default=None)
+    ap.add_argument("--iter-trace", action="store_true", help="per-iteration scheduler traces")
+    ap.add_argument("--metrics-once", action="store_true", help="save /metrics once per server")
+    ap.add_argument("--quick", action="store_true", help="CPU: short phases, 2 traces, 1 rep")
+    ap.add_argument("--summary-only", action="store_true", help="re-summarize --out's runs")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    gpu = args.bed == "gpu"
+    if args.quick:
+        args.traces = "light,heavy" if args.traces == ap.get_default("traces") else args.traces
+        args.reps = 1 if args.reps == ap.get_default("reps") else args.reps
+    phase_s = args.phase_s or (5.0 if gpu else 4.0 if args.quick else 8.0)
+    args.procs = args.procs or (4 if gpu else 1)
+    args.goodput = args.goodput or json.dumps(GPU_GOODPUT if gpu else CPU_GOODPUT)
+    if args.profile is None and gpu:
+        args.profile = json.dumps({"bs": [1, 4, 16, 64, 128, 256], "forwards": 8})
+    args.start_timeout = args.start_timeout or (600.0 if gpu else 300.0)
+    all_tr = traces.builtin(args.bed, phase_s)
+    names = [t for t in args.traces.split(",") if t]
+    bad = (
+        [t for t in names if t not in all_tr]
+        + [s for s in args.servers.split(",") if s and s not in SERVERS]
+        + [v for v in args.variants.split(",") if v and v not in VARIANTS]
+    )
+    if bad:
+        ap.error(
+            f"unknown trace / server / variant: {', '.join(bad)} (traces: "
+            f"{', '.join(all_tr)}; servers: {', '.join(SERVERS)}; variants: "
+            f"{', '.join(VARIANTS)})"
+        )
+    tr = {t: all_tr[t] for t in names}
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.summary_only:
+        bed = Bed(args.bed, out)
+        with open(out / "runs.jsonl", "a") as log:
+            log.write(
+                json.dumps(
+                    {
+                        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                        "argv": sys.argv,
+                        "bed": args.bed,
+                        "phase_s": phase_s,
+                        "traces": {t: [p.label() for p in x.phases] for t, x in tr.items()},
+                    }
+                )
+                + "\n"
+            )
+            for name in [s for s in args.servers.split(",") if s]:
+                run_server(name, args, bed, tr, out, log)
+    lines = summary.summarize(out / "runs.jsonl", tr)
+    (out / "serving_summary.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
