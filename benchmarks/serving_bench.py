@@ -97,10 +97,13 @@ def run_server(
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
+    reps_of = {k: int(v) for k, _, v in (x.partition("=") for x in args.reps_of.split(",") if x)}
     try:
         for rep in range(args.reps):
             for tname, trace in tr.items():
                 for var in variants:
+                    if rep >= reps_of.get(var or name, args.reps):
+                        continue
                     label = f"{name}_{var}" if var else name
                     if not srv.alive():
                         raise RuntimeError(f"{name}: server died\n{srv.log_tail()}")
@@ -153,6 +156,9 @@ def main() -> int:
     ap.add_argument("--variants", default="goodput,plain,spec,example")
     ap.add_argument("--traces", default="light,heavy,bursty,day")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument(
+        "--reps-of", default="", help="fewer repetitions for some servers / variants: spec=1,..."
+    )
     ap.add_argument("--phase-s", type=float, default=None, help="seconds per phase")
     ap.add_argument("--procs", type=int, default=None, help="client processes")
     ap.add_argument("--goodput", default=None, help="the specfsm server's goodput policy (JSON)")
@@ -168,7 +174,7 @@ def main() -> int:
     if args.quick:
         args.traces = "light,heavy" if args.traces == ap.get_default("traces") else args.traces
         args.reps = 1 if args.reps == ap.get_default("reps") else args.reps
-    phase_s = args.phase_s or (5.0 if gpu else 4.0 if args.quick else 8.0)
+    phase_s = args.phase_s or (3.0 if gpu else 4.0 if args.quick else 8.0)
     args.procs = args.procs or (4 if gpu else 1)
     args.goodput = args.goodput or json.dumps(GPU_GOODPUT if gpu else CPU_GOODPUT)
     if args.profile is None and gpu:
