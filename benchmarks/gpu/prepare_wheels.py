@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 GPU_DIR = ROOT / ".gpu"
 CACHE = GPU_DIR / "download"
-CHUNK_LIMIT = 60 * 2**20  # bytes of wheels per chunk (64 MiB per call, minus the working tree)
+CHUNK_LIMIT = 56 * 2**20  # wheel bytes per chunk: 64 MiB per call, minus the ~5 MiB tree
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
 # sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
@@ -98,6 +98,12 @@ SMALL = [
     "typing-inspection==0.4.5",
     "uvicorn==0.54.0",
     "wcwidth==0.9.4",
+    # the HTTP server (sglang.launch_server -> entrypoints/openai/serving_chat.py) imports
+    # jsonschema; the Engine alone does not (found when the serving benchmark first ran there)
+    "jsonschema==4.26.0",
+    "jsonschema-specifications==2025.9.1",
+    "referencing==0.37.0",
+    "rpds-py==2026.9.1",
     # specfsm's own dependencies (pure Python; attrs and prometheus_client are on the box). The
     # specfsm code itself is not packed: run_on_device.sh's specfsm stage runs it from the
     # carried working tree, so every call runs the code as it is now.

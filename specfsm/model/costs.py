@@ -329,6 +329,19 @@ def load_table(name_or_path: str) -> CostTable:
     return parse_table(res.read_text(encoding="utf-8"), name)
 
 
+def table_stem(name_or_path: str) -> str:
+    """The stem of output file names built from a table argument (as `load_table` takes it):
+    the base name without ``.csv`` (``some/dir/t.csv`` -> ``t``), each part of a merged
+    ``"a+b"`` alike; any character but a letter, digit or ``._+-`` becomes ``_``, so the stem
+    is one path component on every platform."""
+    if "+" in name_or_path and not os.path.exists(name_or_path):
+        return "+".join(table_stem(p) for p in name_or_path.split("+") if p) or "table"
+    base = name_or_path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    base = base[:-4] if base.endswith(".csv") else base
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._+-") else "_" for c in base)
+    return safe.lstrip(".") or "table"
+
+
 def check_models(
     table: CostTable, target: str = TARGET_MODEL, draft: str = DRAFT_MODEL, extend: str = ""
 ) -> None:
