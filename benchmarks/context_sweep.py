@@ -17,16 +17,20 @@ choice, then one summary line per policy (min and mean over cells).
 Caveat: fit and score share the ctx 1024 + 4096 measurements (in-sample for ctx-aware); this
 isolates what knowing the context is worth, not calibration error (see policy_sweep.py for that).
 
-Usage: python benchmarks/context_sweep.py [--quick] [--jobs N] [--out DIR]
+Writes each run to DIR/context_sweep_runs.jsonl as it finishes (--resume reuses them), then
+DIR/context_sweep.csv, the summary lines, and last the plot DIR/context_sweep.png (a failing
+plot is reported in one line).
+
+Usage: python benchmarks/context_sweep.py [--quick] [--jobs N] [--out DIR] [--resume]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import multiprocessing as mp
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ from specfsm.model.costs import CostModel, load_table
 from specfsm.policy.goodput import GoodputPolicy
 from specfsm.sim.engine import run
 from specfsm.sim.peers import Controller, FixedController, FSMController
+from specfsm.sim.sweep import Journal, draw_optional, run_tasks, table_digests
 from specfsm.sim.traces import Workload, fixed_concurrency
 
 T1024 = "h200_sglang0517_llama8b"
@@ -62,7 +67,7 @@ def _controller(name: str, shape: DraftShape, alpha: float) -> Controller:
     return FSMController(name, policy, shape)
 
 
-def _task(args: tuple[str, float, str, int, str, int, int]) -> tuple[tuple[Any, ...], float]:
+def _task(args: tuple[str, float, str, int, str, int, int]) -> float:
     sn, alpha, wl, level, name, iters, warm = args
     shape = SHAPES[sn]
     score = CostModel(load_table(MERGED), shape)
@@ -75,7 +80,7 @@ def _task(args: tuple[str, float, str, int, str, int, int]) -> tuple[tuple[Any, 
         iterations=iters + warm,
         warmup_iterations=warm,
     )
-    return (sn, alpha, wl, level, name), r.tok_s
+    return r.tok_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=800)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="out/context_sweep")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the finished runs in --out's context_sweep_runs.jsonl")  # fmt: skip
     a = ap.parse_args(argv)
     if a.quick:
         a.iterations, a.warmup = 400, 100
@@ -98,19 +105,18 @@ def main(argv: list[str] | None = None) -> int:
         for level in LEVELS
         for name in POLICIES
     ]
-    print(f"context sweep: {len(tasks)} simulated runs, score table {MERGED}", flush=True)
-    t0 = time.time()
-    res: dict[tuple[Any, ...], float] = {}
-    with mp.get_context("spawn").Pool(max(1, a.jobs)) as pool:
-        for i, (key, tok_s) in enumerate(pool.imap_unordered(_task, tasks), 1):
-            res[key] = tok_s
-            if i % 40 == 0 or i == len(tasks):
-                el = time.time() - t0
-                print(f"  {i}/{len(tasks)} runs, {el:.0f}s, eta {el / i * (len(tasks) - i):.0f}s",
-                      flush=True)  # fmt: skip
-
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    meta = {"tables": table_digests([T1024, T4096])}
+    journal = Journal(str(out / "context_sweep_runs.jsonl"), meta, a.resume)
+    print(f"context sweep: {len(tasks)} simulated runs, score table {MERGED}", flush=True)
+    if a.resume:
+        print(journal.note, file=sys.stderr, flush=True)
+    t0 = time.time()
+    toks = run_tasks(_task, tasks, jobs=a.jobs, journal=journal, encode=float, decode=float,
+                     label="context sweep", method="spawn")  # fmt: skip
+    journal.close()
+    res: dict[tuple[Any, ...], float] = {t[:5]: tok for t, tok in zip(tasks, toks, strict=True)}
     ratios: dict[str, list[tuple[float, tuple[Any, ...]]]] = {p: [] for p in SPECFSM}
     by_wl: dict[tuple[str, str], list[float]] = {}
     with (out / "context_sweep.csv").open("w", newline="") as fh:
@@ -134,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(
                             f"  {wl:8} {level:4d} " + " ".join(f"{rel[p]:11.3f}" for p in SPECFSM)
                         )
-    _plot(res, out)
-    print(f"\nwrote {out / 'context_sweep.csv'} and {out / 'context_sweep.png'} "
-          f"in {time.time() - t0:.0f}s\n")  # fmt: skip
+    print(f"\nwrote {out / 'context_sweep.csv'} in {time.time() - t0:.0f}s\n")
     for wl in WORKLOADS:
         print(f"mean_ratio_vs_best_static[{wl}]: " + ", ".join(
             f"{p} {sum(by_wl[(p, wl)]) / len(by_wl[(p, wl)]):.3f}" for p in SPECFSM))  # fmt: skip
@@ -144,17 +148,18 @@ def main(argv: list[str] | None = None) -> int:
         worst, where = min(ratios[p])
         mean = sum(r for r, _ in ratios[p]) / len(ratios[p])
         print(f"min_ratio_vs_best_static[{p}]: {worst:.3f} at {where}; mean {mean:.3f}")
+    png = out / "context_sweep.png"
+    if not draw_optional([(str(png), partial(_plot, res, png))]):
+        print(f"wrote {png}")
     return 0
 
 
-def _plot(res: dict[tuple[Any, ...], float], out: Path) -> None:
-    try:
-        import matplotlib
+def _plot(res: dict[tuple[Any, ...], float], png: Path) -> None:
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # plots are optional
-        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, len(WORKLOADS), figsize=(5 * len(WORKLOADS), 3.8), sharey=True)
     sn, alpha = "chain3", 0.6
     for ax, wl in zip(axes, WORKLOADS, strict=True):
@@ -173,7 +178,7 @@ def _plot(res: dict[tuple[Any, ...], float], out: Path) -> None:
     axes[0].set_ylabel("tokens/s / better static choice")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "context_sweep.png", dpi=110)
+    fig.savefig(png, dpi=110)
     plt.close(fig)
 
 

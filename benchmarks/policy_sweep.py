@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Policy sweep (issue 13, "Done when"): specfsm against honest baselines, simulated.
+"""Policy sweep: specfsm against honest baselines, simulated.
 
 Every controller is FITTED on one step-cost table (--fit-table, default the in-engine H200
 table h200_sglang0517_llama8b) and SCORED on others (--score-tables): another run of the same
@@ -9,7 +9,7 @@ the 8B table by the rule in its header). Scenarios: launch shapes chain3 and tre
 steps, 16 draft tokens), alpha 0.6 and 0.8.
 
 Baselines (`specfsm.sim.baselines`), each fitted on the fit table at the cell's alpha:
-  static grid      the engine's states (issue 13): chains of 1, 2, 3, 5, 7 steps, trees
+  static grid      the engine's states: chains of 1, 2, 3, 5, 7 steps, trees
                    (4,2,16) and (4,3,8), and ``plain``, the engine's PLAIN state held (specfsm's
                    own engine pinned in PLAIN: zero-tax steps, every prefill through the draft
                    too, as the SGLang adapter does); the best static of a cell is the best of
@@ -47,20 +47,27 @@ specfsm variant's lines are printed as info).
     duration/32 simulated seconds, the best static shape per phase), and switches per 100
     iterations.
 Ends with the five summary lines `name: value (goal ...)` (the a-lines judged as above), the
-a-lines at --seed alone (info) and the two no-draft info lines.
+a-lines at --seed alone (info) and the two no-draft info lines; the plots (throughput_<score
+table's file stem>_<launch>_a<alpha>.png, timeline_bursts_*.png) are drawn after them, a failing
+one reported in one line. Each run is written to <out>/policy_sweep_runs.jsonl as it finishes
+(its row, and what the summary needs of it); --resume reuses the runs there of the same tables
+and settings (`specfsm.sim.sweep`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from specfsm.model.acceptance import DraftShape, accept_length
+from policy_sweep_task import SHAPES, SPECFSM, describe, label, run_task, trace_scale
+
+from specfsm.model.acceptance import accept_length
 from specfsm.model.costs import CostModel, load_table, packaged_tables
 from specfsm.sim.baselines import (
     NO_DRAFT_NAME,
@@ -70,14 +77,22 @@ from specfsm.sim.baselines import (
     best_static,
     controller,
 )
-from specfsm.sim.engine import RunResult, run
+from specfsm.sim.engine import RunResult
 from specfsm.sim.oracle import default_phase_s, pct, phase_oracle, phase_tok_s
-from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, Controller, lineup
-from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
-from specfsm.sim.traces import fixed_concurrency, named_traces
+from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME
+from specfsm.sim.report import format_table, plot_throughput, plot_timeline, write_csv
+from specfsm.sim.sweep import (
+    Journal,
+    draw_optional,
+    run_from_json,
+    run_tasks,
+    run_to_json,
+    table_digests,
+    unique_stems,
+)
+from specfsm.sim.traces import named_traces
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-SHAPES = {"chain3": DraftShape.chain(3), "tree": DraftShape(4, 2, 16)}
 ALPHAS = (0.6, 0.8)
 FIT = "h200_sglang0517_llama8b"
 SCORES = (
@@ -85,7 +100,6 @@ SCORES = (
     "h200_sglang0517_llama8b_ctx4096",
     "synthetic_32b_shaped",
 )
-SPECFSM = (ZERO_TAX_NAME, WARM_NAME)
 #: the shape-independent controllers run once per (table, alpha, load): key shape "-"
 SHAPE_FREE = (*STATIC_GRID_NAMES, NO_DRAFT_NAME, *SHAPE_FREE_PEERS)
 #: why the no-draft server's lines are lower (printed with them)
@@ -95,44 +109,6 @@ NO_DRAFT_WHY = (
     "prefill is not in the adapter), so it cannot match it where PLAIN wins"
 )
 TIMELINE = (ZERO_TAX_NAME, WARM_NAME, "sglang-tuned", "vllm-k-table")
-
-
-def label(table: str) -> str:
-    """The table's name, marked when it is synthetic (everywhere it is printed)."""
-    return f"{table} (SYNTHETIC, not measured)" if table.startswith("synthetic") else table
-
-
-def trace_scale(fit: CostModel, table: str) -> float:
-    """How much longer (simulated s) traces run on `table` than on the fit table: its decode
-    step at bs 64 / the fit table's, at least 1 (so a slower model gets as many iterations)."""
-    return max(1.0, CostModel(load_table(table)).plain_ms(64) / fit.plain_ms(64))
-
-
-def _controller(
-    name: str, fit: CostModel, shape: DraftShape, alpha: float, lazy: bool
-) -> Controller:
-    if name in SPECFSM:
-        return lineup(fit, shape, alpha, names=[name], zero_tax_lazy_prefill=lazy)[0]
-    return controller(name, fit, shape, alpha)
-
-
-def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, RunResult]:
-    (table, alpha, load_kind, load_arg, sn, pol, fit_name, duration, iters, warm, seed, lazy,
-     record) = args  # fmt: skip
-    shape = SHAPES["chain3" if sn == "-" else sn]
-    fit = CostModel(load_table(fit_name), shape)
-    score = CostModel(load_table(table), shape)
-    ctl = _controller(pol, fit, shape, alpha, lazy)
-    if load_kind == "conc":
-        r = run(ctl, fixed_concurrency(int(load_arg)), score, alpha, seed=seed,
-                iterations=iters + warm, warmup_iterations=warm)  # fmt: skip
-    else:
-        load = named_traces(duration)[load_arg]
-        r = run(ctl, load, score, alpha, seed=seed, record_timeline=record,
-                phase_s=default_phase_s(duration))  # fmt: skip
-        if r.timeline:
-            r.timeline = r.timeline[::4]
-    return (table, alpha, load_kind, load_arg, sn), pol, r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="specfsm-zero-tax prefills by the target only in PLAIN (the adapter "
                          "does not: default off)")  # fmt: skip
     ap.add_argument("--out", default="out/policy_sweep")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the finished runs in --out's policy_sweep_runs.jsonl")  # fmt: skip
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: levels 1 and 64, alpha 0.8, two score tables, short "
                          "traces on the first")  # fmt: skip
@@ -179,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     lazy = a.zero_tax_lazy_prefill
     other = next(v for v in SPECFSM if v != a.specfsm)
     os.makedirs(a.out, exist_ok=True)
+    journal = Journal(os.path.join(a.out, "policy_sweep_runs.jsonl"),
+                      {"tables": table_digests([a.fit_table, *scores])}, a.resume)  # fmt: skip
+    stem = unique_stems(scores)
     fit0 = CostModel(load_table(a.fit_table), SHAPES["chain3"])
     print(f"fit table: {label(a.fit_table)} (ctx {fit0.ctx}); score tables: "
           + ", ".join(f"{label(t)} (ctx {CostModel(load_table(t)).ctx})" for t in scores)
@@ -188,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(info); zero-tax lazy draft prefill {'on' if lazy else 'off'}; seed {a.seed}; "
           f"levels {list(levels)} x {a.iterations} iterations (+{a.warmup} warm-up); traces "
           f"on {', '.join(label(t) for t in trace_tables)}, phases of 1/32 of a trace")  # fmt: skip
+    if a.resume:
+        print(journal.note, file=sys.stderr)
     for t in trace_tables:
         d = a.duration * trace_scale(fit0, t)
         print(f"  traces on {label(t)}: {d:g} simulated s ({trace_scale(fit0, t):.2f}x "
@@ -219,13 +202,12 @@ def main(argv: list[str] | None = None) -> int:
                                   rec and pol in TIMELINE))  # fmt: skip
     tasks.sort(key=lambda t: t[2] != "trace")  # long ones first
     t0 = time.monotonic()
-    prog = Progress(len(tasks), "sweep")
+    method = "fork" if os.name != "nt" else "spawn"
+    io: dict[str, Any] = {"jobs": a.jobs, "journal": journal, "encode": run_to_json,
+                          "decode": run_from_json, "what": describe, "method": method}  # fmt: skip
     res: dict[tuple[Any, ...], dict[str, RunResult]] = {}
-    ctx = mp.get_context("fork" if sys.platform != "win32" else "spawn")
-    with ctx.Pool(max(1, a.jobs)) as pool:
-        for key, pol, r in pool.imap_unordered(_task, tasks, chunksize=1):
-            res.setdefault(key, {})[pol] = r
-            prog.tick(f"{key[0]} {key[1]} {key[3]} {key[4]} {pol}")
+    for t, r in zip(tasks, run_tasks(run_task, tasks, label="sweep", **io), strict=True):
+        res.setdefault(t[:5], {})[t[5]] = r
 
     def cell(table: str, al: float, kind: str, arg: Any, sn: str) -> dict[str, RunResult]:
         """Every controller's run of one cell (the shape-free ones shared by both shapes)."""
@@ -254,11 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict[tuple[Any, ...], float] = {}  # (table, al, c, shape key, policy, seed) -> tok/s
     if more:
         more = list(dict.fromkeys(more))
-        prog = Progress(len(more), "close cells, more seeds")
-        with ctx.Pool(max(1, a.jobs)) as pool:
-            for i, (key, pol, r) in enumerate(pool.imap(_task, more, chunksize=1)):
-                extra[(key[0], key[1], key[3], key[4], pol, more[i][10])] = r.tok_s
-                prog.tick(f"{key[0]} {key[1]} {key[3]} {key[4]} {pol} seed {more[i][10]}")
+        for t, r in zip(more, run_tasks(run_task, more, label="close cells, more seeds", **io),
+                        strict=True):  # fmt: skip
+            extra[(t[0], t[1], t[3], t[4], t[5], t[10])] = r.tok_s
+    journal.close()
     wall = time.monotonic() - t0
 
     def seed_mean(table: str, al: float, c: int, sn: str, pol: str, tok0: float) -> float:
@@ -284,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     misses: list[str] = []
     ties: list[str] = []
     single: dict[str, list[float]] = {"a_static": [], "a_peer": []}  # at --seed only (info)
+    plots: list[tuple[str, Callable[[], None]]] = []  # drawn after the summary lines
 
     def note(v: str, k: str, x: float, where: str, lower_is_worse: bool = True) -> None:
         g = goals[v].setdefault(k, [])
@@ -344,12 +326,11 @@ def main(argv: list[str] | None = None) -> int:
                           + " ".join(f"{tok[p]:>8.0f}" for p in cols)
                           + f" | {me / bs_tok:>10.3f} {me / tok[bp]:>8.3f} ({bp}) "
                           f"{me / tok[NO_DRAFT_NAME]:.3f}")  # fmt: skip
-                plot_throughput(
-                    os.path.join(a.out, f"throughput_{table}_{sn}_a{al}.png"),
-                    list(levels),
-                    series,
-                    f"{label(table)}, launch {SHAPES[sn].label()}, alpha {al} (fit {a.fit_table})",
+                path = os.path.join(a.out, f"throughput_{stem[table]}_{sn}_a{al}.png")
+                title = (
+                    f"{label(table)}, launch {SHAPES[sn].label()}, alpha {al} (fit {a.fit_table})"
                 )
+                plots.append((path, partial(plot_throughput, path, list(levels), series, title)))
     for table in trace_tables:
         for sn in SHAPES:
             for al in alphas:
@@ -396,11 +377,11 @@ def main(argv: list[str] | None = None) -> int:
                     if tn == "bursts" and table == trace_tables[0]:
                         rr = [runs[p] for p in TIMELINE if runs[p].timeline]
                         if rr:
-                            plot_timeline(
-                                os.path.join(a.out, f"timeline_bursts_{sn}_a{al}.png"),
-                                rr,
-                                f"bursts 2/128, {label(table)}, {SHAPES[sn].label()}, alpha {al}",
+                            path = os.path.join(a.out, f"timeline_bursts_{sn}_a{al}.png")
+                            title = (
+                                f"bursts 2/128, {label(table)}, {SHAPES[sn].label()}, alpha {al}"
                             )
+                            plots.append((path, partial(plot_timeline, path, rr, title)))
     write_csv(os.path.join(a.out, "policy_sweep.csv"), rows_out)
     with open(os.path.join(a.out, "policy_sweep.json"), "w", encoding="utf-8") as f:
         json.dump({"fit": a.fit_table, "score": scores, "trace_tables": trace_tables,
@@ -446,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         if "b_tput_nd" in g:
             print(f"b_min_ratio_vs_phase_oracle_no_draft{tag}: {min(g['b_tput_nd']):.3f} "
                   f"(info: the oracle's grid plus no-spec; see the line above)")  # fmt: skip
+    draw_optional(plots)
     return 0
 
 

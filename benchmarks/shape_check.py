@@ -1,4 +1,4 @@
-"""Issue 13's shape-policy check: specfsm's GoodputPolicy choosing among PLAIN and every shape
+"""The shape-policy check: specfsm's GoodputPolicy choosing among PLAIN and every shape
 of the grid vs the best static grid shape, per cell of fixed concurrency.
 
 Fit on one table (the policy's prior), score on others (what the simulator charges, and what
@@ -12,13 +12,15 @@ ratio per (score table, alpha). ``ratio_nd`` (info): the same with the server wi
 PLAIN wins (it prefills every request through the draft; lazy draft prefill is not in the
 adapter).
 
-    .venv/bin/python benchmarks/shape_check.py [--iterations 3000] [--jobs 2]
+Each run is written to --out's shape_check_runs.jsonl as it finishes (--resume reuses them).
+
+    .venv/bin/python benchmarks/shape_check.py [--iterations 3000] [--jobs 2] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import os
 import sys
 from typing import Any
 
@@ -33,6 +35,7 @@ from specfsm.sim.baselines import (
 )
 from specfsm.sim.engine import run
 from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, Controller, lineup
+from specfsm.sim.sweep import Journal, run_tasks, table_digests
 from specfsm.sim.traces import fixed_concurrency
 
 FIT = "h200_sglang0517_llama8b"
@@ -41,7 +44,7 @@ CONC = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 ALPHAS = (0.6, 0.8)
 
 
-def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, float, int, str]:
+def _task(args: tuple[Any, ...]) -> tuple[float, int, str]:
     table, alpha, conc, pol, fit_name, launch, _plain, iters, warm, seed = args
     shape = parse_shape(launch)
     fit = CostModel(load_table(fit_name), shape)
@@ -59,7 +62,11 @@ def _task(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], str, float, int, str]
     machine = getattr(ctl, "machine", None)
     if machine is not None and machine.shape is not None:
         final = f"{machine.mode.value}/{machine.shape.label()}"
-    return (table, alpha, conc), pol, r.tok_s, r.switches, final
+    return r.tok_s, r.switches, final
+
+
+def _decode(x: Any) -> tuple[float, int, str]:
+    return float(x[0]), int(x[1]), str(x[2])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="out/shape_check", help="where the runs are written")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse the finished runs in --out's shape_check_runs.jsonl")  # fmt: skip
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: levels 1 and 64, alpha 0.8, 300 iterations")  # fmt: skip
     a = ap.parse_args(argv)
+    if a.quick:
+        a.conc, a.alphas, a.iterations = "1,64", "0.8", 300
     pol = ZERO_TAX_NAME if a.plain == "zero_tax" else WARM_NAME
     tables = [t for t in a.score_tables.split(",") if t]
     alphas = [float(x) for x in a.alphas.split(",")]
@@ -86,11 +100,18 @@ def main(argv: list[str] | None = None) -> int:
         for c in concs
         for p in (*STATIC_GRID, NO_DRAFT_NAME, pol)
     ]
-    with multiprocessing.Pool(a.jobs) as pool:
-        results = pool.map(_task, tasks, chunksize=1)
+    os.makedirs(a.out, exist_ok=True)
+    meta = {"tables": table_digests([a.fit_table, *tables])}
+    journal = Journal(os.path.join(a.out, "shape_check_runs.jsonl"), meta, a.resume)
+    if a.resume:
+        print(journal.note, file=sys.stderr)
+    results = run_tasks(_task, tasks, jobs=a.jobs, journal=journal, encode=list, decode=_decode,
+                        label="shape check", what=lambda t: " ".join(map(str, t[:4])))  # fmt: skip
+    journal.close()
     cells: dict[tuple[Any, ...], dict[str, float]] = {}
     info: dict[tuple[Any, ...], tuple[int, str]] = {}
-    for key, name, tok_s, switches, final in results:
+    for t, (tok_s, switches, final) in zip(tasks, results, strict=True):
+        key, name = t[:3], t[3]
         cells.setdefault(key, {})[name] = tok_s
         if name == pol:
             info[key] = (switches, final)
