@@ -1,5 +1,6 @@
 """`specfsm sim`: every policy side by side on one load (fixed concurrency levels or a
-time-varying trace), per-load tables, CSV and PNG plots into --out (default out/).
+time-varying trace), per-load tables, CSV and PNG plots into --out (default out/): sim.csv is
+rewritten after each load, the plots are drawn last (a failing one is reported in one line).
 
 Needs the ``sim`` extra (numpy, matplotlib); without it the command says so in one line.
 """
@@ -10,6 +11,8 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 
 from specfsm.cli.args import (
     ArgParser,
@@ -31,7 +34,6 @@ from specfsm.model.acceptance import (
 from specfsm.model.costs import (
     PLAIN_VARIANTS,
     PLAIN_ZERO_TAX,
-    SHARED_REF,
 )
 from specfsm.sim.engine import run
 from specfsm.sim.peers import (
@@ -42,8 +44,12 @@ from specfsm.sim.peers import (
     lineup,
 )
 from specfsm.sim.report import Progress, format_table, plot_throughput, plot_timeline, write_csv
+from specfsm.sim.sweep import draw_optional
 from specfsm.sim.traces import Load, fixed_concurrency, named_traces, poisson
 from specfsm.sim.tune import cost_model, plain_priced
+
+#: the default fit table: the one measured inside the SGLang engine, both PLAIN steps included
+FIT_TABLE = "h200_sglang0517_llama8b"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -64,7 +70,9 @@ def policy_names(text: str) -> list[str]:
 
 def _parser() -> ArgParser:
     ap = ArgParser(prog="specfsm sim", description=__doc__)
-    ap.add_argument("--fit-table", default=SHARED_REF, help="table the policies are tuned on")
+    ap.add_argument(
+        "--fit-table", default=FIT_TABLE, help=f"table the policies are tuned on ({FIT_TABLE})"
+    )
     ap.add_argument(
         "--table", default=None, help="table the run is scored on (default: --fit-table)"
     )
@@ -148,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = Progress(len(loads) * n_pol, "sim", not a.no_progress)
     all_rows: list[dict[str, object]] = []
     tput: dict[str, list[float]] = {}
+    plots: list[tuple[str, Callable[[], None]]] = []  # drawn once every table is out
     for load, iters, warm in loads:
         rows = []
         timelines = []
@@ -174,19 +183,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(format_table(rows))
         all_rows += rows
+        write_csv(os.path.join(a.out, "sim.csv"), all_rows)
         if timelines:
-            plot_timeline(
-                os.path.join(a.out, f"timeline_{load.name.replace('/', '_')}.png"),
-                timelines,
-                f"{load.name}, {a.shape.label()}, alpha {a.alpha}",
-            )
-    write_csv(os.path.join(a.out, "sim.csv"), all_rows)
+            path = os.path.join(a.out, f"timeline_{load.name.replace('/', '_')}.png")
+            title = f"{load.name}, {a.shape.label()}, alpha {a.alpha}"
+            plots.append((path, partial(plot_timeline, path, timelines, title)))
     if levels and tput:
-        plot_throughput(
-            os.path.join(a.out, "throughput_vs_concurrency.png"),
-            levels,
-            tput,
-            f"{a.shape.label()}, alpha {a.alpha}, scored on {score.table.source}",
-        )
-    print(f"\nwrote {a.out}/sim.csv and plots", file=sys.stderr)
+        path = os.path.join(a.out, "throughput_vs_concurrency.png")
+        title = f"{a.shape.label()}, alpha {a.alpha}, scored on {score.table.source}"
+        plots.append((path, partial(plot_throughput, path, levels, tput, title)))
+    failed = draw_optional(plots, sys.stderr)
+    drawn = "plots" if not failed else f"{len(plots) - failed} of {len(plots)} plots"
+    print(f"\nwrote {a.out}/sim.csv and {drawn}", file=sys.stderr)
     return 0 if all(math.isfinite(float(str(r["tok_s"]))) for r in all_rows) else 1
