@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import TOWARD, Event, Mode
+from specfsm.fsm.verdict import Verdict
 
 
 @runtime_checkable
@@ -21,8 +22,9 @@ class Policy(Protocol):
     #: A short human-readable reason for the last non-None decision (read only on transitions).
     last_reason: str
 
-    def decide(self, mode: Mode, obs: Observation) -> Event | None:
-        """An event legal in `mode`, or None (the common case)."""
+    def decide(self, mode: Mode, obs: Observation) -> Event | Verdict | None:
+        """An event legal in `mode` (a Verdict: with its rule and numbers), or None (the common
+        case)."""
         ...
 
     def describe(self) -> dict[str, object]:

@@ -9,7 +9,10 @@ Event names (fixed; tools and offline replay key on them):
                          action durations in microseconds; a shape change (trigger RESHAPE, src
                          = dst) adds shape_from / shape_to (DraftShape labels, e.g. "chain3";
                          shape_from null when the launch shape was never named) and shape_us
-                         (its one action's duration; exit_us / enter_us are null)
+                         (its one action's duration; exit_us / enter_us are null); a
+                         transition the policy decided with a `Verdict` adds `decision`: its
+                         rule, event, shape, bound, margin and every option's predicted tok/s
+                         (`Verdict.as_json`, docs/policies.md)
   specfsm.observation    sampled policy inputs and the mode (every N iterations / T seconds)
 
 Policy inputs on transition and observation lines: bs, running, queued, accept_lens, and
@@ -44,6 +47,7 @@ from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 
 if TYPE_CHECKING:
+    from specfsm.fsm.verdict import Verdict
     from specfsm.model.acceptance import DraftShape
 
 CONFIG = "specfsm.config"
@@ -154,6 +158,7 @@ class TransitionLog:
         shape: DraftShape | None = None,
         prev_shape: DraftShape | None = None,
         shape_us: float | None = None,
+        verdict: Verdict | None = None,
     ) -> None:
         extra: dict[str, object] = {}
         if shape is not None:  # a RESHAPE: which shape to which, and how long the swap took
@@ -162,6 +167,8 @@ class TransitionLog:
                 "shape_to": shape.label(),
                 "shape_us": shape_us,
             }
+        if verdict is not None:
+            extra["decision"] = verdict.as_json()
         self._log.info(
             TRANSITION,
             rank=self.rank,

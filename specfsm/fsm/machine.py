@@ -12,9 +12,12 @@ runs the one action `reshape_speculating`. `process_event(Event.RESHAPE, obs, re
 shape=new)` needs the shape; a shape with any other event, a shape outside `shapes` (when not
 empty), or the current shape again raises `InvalidShape` (an `InvalidTransition`) with mode and
 shape unchanged. `shape` becomes `new` only once the action succeeded; a failing action faults
-to PLAIN as any other, the shape unchanged. A policy asks for a shape by returning
-Event.RESHAPE with the shape in its `next_shape` attribute; a missing or refused one is a
-policy fault (below).
+to PLAIN as any other, the shape unchanged.
+
+A policy's decision is a `Verdict` (`specfsm.fsm.verdict`: the event, the shape of a RESHAPE,
+the rule and the numbers it rested on), which the transition record and log line carry; a
+policy may instead return a bare Event, naming a RESHAPE's shape in its `next_shape` attribute
+and its reason in `last_reason`. A missing or refused shape is a policy fault (below).
 
 When an action raises, the `on_exception` handler logs `specfsm.action_failed` and fires FAULT
 (in the table from every mode, so the diagram shows the path) to the safe mode PLAIN, whose
@@ -65,6 +68,7 @@ from specfsm.fsm.table import (
     Event,
     Mode,
 )
+from specfsm.fsm.verdict import Verdict
 from specfsm.model.acceptance import DraftShape
 
 __all__ = [
@@ -248,28 +252,36 @@ class SpecFSM:
         self.iteration = obs.iteration
         mode = self._model.mode
         try:
-            event = self._policy.decide(mode, obs)
+            out = self._policy.decide(mode, obs)
         except Exception as exc:
             return self._policy_fault(obs, mode, exc, None)
         if self._observing:
             self._maybe_observe(obs, mode)
-        if event is None:
+        if out is None:
             return None
+        return self._apply(obs, mode, out)
+
+    def _apply(self, obs: Observation, mode: Mode, out: object) -> Event:
+        """The policy's decision: a Verdict (its event, shape and numbers) or a bare Event
+        (then the shape of a RESHAPE is the policy's `next_shape`, its reason `last_reason`)."""
+        verdict: Verdict | None = None
+        if type(out) is Verdict:
+            verdict = out
+            event: object = out.event
+        else:
+            event = out
         if event is not _LOAD_HIGH and event is not _LOAD_LOW and event is not _RESHAPE:
             return self._policy_fault(obs, mode, None, event)
         if event not in TRANSITIONS[mode]:
             return self._policy_fault(obs, mode, None, event)
-        if event is _RESHAPE:
-            return self._policy_reshape(obs, mode)
-        self.process_event(event, obs, getattr(self._policy, "last_reason", ""))
-        return event
-
-    def _policy_reshape(self, obs: Observation, mode: Mode) -> Event:
-        """The policy returned RESHAPE (legal in `mode`): apply its `next_shape`, or fault it."""
         policy = self._policy
-        shape = getattr(policy, "next_shape", None)
+        reason = verdict.reason if verdict is not None else getattr(policy, "last_reason", "")
+        if event is not _RESHAPE:
+            self.process_event(event, obs, reason, verdict=verdict)
+            return event
+        shape = verdict.shape if verdict is not None else getattr(policy, "next_shape", None)
         try:
-            self.process_event(_RESHAPE, obs, getattr(policy, "last_reason", ""), shape=shape)
+            self.process_event(_RESHAPE, obs, reason, shape=shape, verdict=verdict)
         except InvalidShape as err:  # mode and shape unchanged
             return self._policy_fault(
                 obs,
@@ -354,12 +366,14 @@ class SpecFSM:
         reason: str = "",
         *,
         shape: DraftShape | None = None,
+        verdict: Verdict | None = None,
     ) -> Mode:
         """Apply `event`: run exit(src) and enter(dst) (a shape event: only its own action),
         log, return the new mode.
 
         `shape` is the new draft shape of a shape event (RESHAPE), required there and forbidden
-        with any other event. Raises InvalidTransition (mode unchanged) for an event the table
+        with any other event; `verdict` the policy's decision, carried to the record and the
+        log line. Raises InvalidTransition (mode unchanged) for an event the table
         does not accept, InvalidShape (mode and shape unchanged) for a refused shape,
         ModeActionError (now in PLAIN) when an action failed, MachineFailed when even the
         fault path failed.
@@ -372,11 +386,18 @@ class SpecFSM:
             raise InvalidTransition(src, event)
         iteration = obs.iteration if obs is not None else self.iteration
         if shape is None and event not in SHAPE_EVENTS:
-            record = TransitionRecord(iteration, src, dst, event, reason)
+            record = TransitionRecord(iteration, src, dst, event, reason, verdict=verdict)
         else:
             self._check_shape(src, event, shape)
             record = TransitionRecord(
-                iteration, src, dst, event, reason, shape=shape, prev_shape=self._shape
+                iteration,
+                src,
+                dst,
+                event,
+                reason,
+                shape=shape,
+                prev_shape=self._shape,
+                verdict=verdict,
             )
         pending = _Pending(record, obs)
         self._fire(pending)
@@ -437,6 +458,7 @@ class SpecFSM:
             shape=info.shape,
             prev_shape=info.prev_shape,
             shape_us=pending.shape_us,
+            verdict=info.verdict,
         )
         if self.listeners:
             record = attrs.evolve(

@@ -14,6 +14,7 @@ import attrs
 from specfsm.fsm.table import Event, Mode
 
 if TYPE_CHECKING:
+    from specfsm.fsm.verdict import Verdict
     from specfsm.model.acceptance import DraftShape
 
 
@@ -24,7 +25,8 @@ class TransitionRecord:
     `exit_us`, `enter_us` (how long each action ran; None when it did not run) and
     `monotonic_s` (when the transition completed) are filled only in the copy listeners get.
     `shape` is the target shape of a shape event (RESHAPE), `prev_shape` the shape it replaces;
-    both None for every other event.
+    both None for every other event. `verdict` is the policy's decision when it gave one (None:
+    a bare Event, a completion event, a fault).
     """
 
     iteration: int
@@ -37,6 +39,7 @@ class TransitionRecord:
     monotonic_s: float = 0.0
     shape: DraftShape | None = None
     prev_shape: DraftShape | None = None
+    verdict: Verdict | None = None
 
 
 #: The name the mode actions' parameter had before the records were merged (same class).

@@ -70,6 +70,8 @@ import os
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
+from specfsm.fsm.kinds import PLAIN_VARIANTS as PLAIN_VARIANTS
+from specfsm.fsm.kinds import PlainVariant
 from specfsm.model.acceptance import DraftShape, accept_length
 
 TARGET_MODEL = "llama8b"
@@ -98,24 +100,17 @@ def spec_step_model(shape: DraftShape) -> str:
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
 
-#: What PLAIN costs, named as the SGLang adapter's config names its implementations.
-#: "zero_tax" (the adapter's default): one target decode forward per step, no draft work; the
-#: draft catches up in RESYNCING. "warm" (config ``plain: "warm"``, SGLang's own steps=0): the
-#: draft is kept warm by a 1-token verify + 1-token draft-extend every step.
-PLAIN_WARM = "warm"
-PLAIN_ZERO_TAX = "zero_tax"
-PLAIN_VARIANTS = (PLAIN_ZERO_TAX, PLAIN_WARM)
-#: Older spellings still accepted (and normalized): "zero-tax".
-_PLAIN_ALIASES = {"zero-tax": PLAIN_ZERO_TAX}
+#: What PLAIN costs (`PlainVariant`): "zero_tax" (the adapter's default) is one target decode
+#: forward per step, the draft catching up in RESYNCING; "warm" keeps the draft warm by a
+#: 1-token verify + 1-token draft-extend every step.
+PLAIN_WARM = PlainVariant.WARM
+PLAIN_ZERO_TAX = PlainVariant.ZERO_TAX
 
 
-def check_plain_variant(plain: str) -> str:
-    """The canonical name of a PLAIN implementation ("zero_tax" or "warm"; "zero-tax" is
-    accepted for "zero_tax"); ValueError for anything else."""
-    canon = _PLAIN_ALIASES.get(plain, plain) if isinstance(plain, str) else plain
-    if canon not in PLAIN_VARIANTS:
-        raise ValueError(f"plain must be one of {PLAIN_VARIANTS}, got {plain!r}")
-    return canon
+def check_plain_variant(plain: str) -> PlainVariant:
+    """The PLAIN implementation `plain` names ("zero-tax" is accepted for "zero_tax");
+    ValueError for anything else."""
+    return PlainVariant.parse(plain)
 
 
 def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:

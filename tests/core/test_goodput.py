@@ -9,6 +9,7 @@ import pytest
 from specfsm.fsm.decision import Policy
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import TRANSITIONS, Event, Mode
+from specfsm.fsm.verdict import event_of
 from specfsm.model.acceptance import DraftShape, accept_length, chain_accept_length
 from specfsm.model.costs import SHARED_REF, CostModel, load_table
 from specfsm.policy.goodput import GoodputPolicy, goodput_from_args
@@ -24,7 +25,7 @@ def cost() -> CostModel:
 def drive(p: GoodputPolicy, mode: Mode, bs: int, n: int, start: int = 0, acc: tuple[int, ...] = ()):
     """Feed n identical observations; return (iteration, event) of the first event or None."""
     for i in range(start, start + n):
-        ev = p.decide(mode, Observation(iteration=i, decode_bs=bs, accept_lens=acc))
+        ev = event_of(p.decide(mode, Observation(iteration=i, decode_bs=bs, accept_lens=acc)))
         if ev is not None:
             return i, ev
     return None
@@ -179,7 +180,7 @@ def test_never_decides_in_draining_and_events_are_legal(cost: CostModel) -> None
     for mode in (Mode.SPECULATING, Mode.PLAIN, Mode.RESYNCING):
         for bs in (1, 256):
             q = GoodputPolicy(cost, ACC, min_dwell=0, debounce=1)
-            ev = q.decide(mode, Observation(iteration=0, decode_bs=bs))
+            ev = event_of(q.decide(mode, Observation(iteration=0, decode_bs=bs)))
             assert ev is None or ev in TRANSITIONS[mode]
 
 
@@ -189,8 +190,12 @@ def test_rank_invariant(cost: CostModel) -> None:
     mode_a = mode_b = Mode.SPECULATING
     for i in range(400):
         bs = 8 if (i // 100) % 2 == 0 else 250
-        ea = a.decide(mode_a, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=0))
-        eb = b.decide(mode_b, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=5))
+        ea = event_of(
+            a.decide(mode_a, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=0))
+        )
+        eb = event_of(
+            b.decide(mode_b, Observation(iteration=i, decode_bs=bs, accept_lens=(3,) * 4, rank=5))
+        )
         assert ea == eb
         if ea is not None:
             mode_a = mode_b = TRANSITIONS[mode_a][ea]
@@ -222,7 +227,9 @@ def test_context_aware_with_a_multi_context_table() -> None:
     def first_event(ctx: int, model: CostModel = both) -> Event | None:
         p = GoodputPolicy(model, acc, min_dwell=0, debounce=2, plain="zero-tax")
         for i in range(50):
-            ev = p.decide(Mode.SPECULATING, Observation(iteration=i, decode_bs=16, mean_ctx=ctx))
+            ev = event_of(
+                p.decide(Mode.SPECULATING, Observation(iteration=i, decode_bs=16, mean_ctx=ctx))
+            )
             if ev is not None:
                 return ev
         return None

@@ -7,11 +7,13 @@ import json
 import random
 from collections.abc import Sequence
 
+import attrs
 import pytest
 
 from specfsm.fsm.machine import SpecFSM
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
+from specfsm.fsm.verdict import Verdict, event_of
 from specfsm.model.acceptance import (
     DEFAULT_SHAPE_GRID,
     DraftShape,
@@ -73,7 +75,7 @@ class Driver:
                 shape=self.shape,
                 **obs,  # type: ignore[arg-type]
             )
-            ev = self.p.decide(self.mode, o)
+            ev = event_of(self.p.decide(self.mode, o))
             if ev is Event.RESHAPE:
                 assert self.p.next_shape is not None and self.p.next_shape != self.shape
                 self.shape = self.p.next_shape
@@ -377,14 +379,14 @@ def _reprobe_run(lo_until_s: float, **kw: object) -> tuple[list[str], RunResult,
     assert isinstance(ctl, FSMController)
     pol = ctl.policy
     assert isinstance(pol, GoodputPolicy)
-    for k, v in kw.items():
-        setattr(pol, k, v)
+    if kw:
+        pol.params = attrs.evolve(pol.params, **kw)  # type: ignore[arg-type]
     reasons: list[str] = []
     decide = pol.decide
 
-    def spy(mode: Mode, obs: Observation) -> Event | None:
+    def spy(mode: Mode, obs: Observation) -> Event | Verdict | None:
         ev = decide(mode, obs)
-        if ev is not None and ev is not Event.RESHAPE:
+        if ev is not None and event_of(ev) is not Event.RESHAPE:
             reasons.append(pol.last_reason)
         return ev
 
