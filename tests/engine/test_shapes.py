@@ -6,10 +6,12 @@ contracts checked on every forward."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +70,27 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 PROMPTS = E.default_prompts(6, seed=23)
+#: The transitions (iteration, src, dst, trigger, shape_to) of each shape-cycle run, recorded
+#: before the decision layer was restructured; SPECFSM_GOLDEN_WRITE=<path> writes them anew.
+GOLDEN = Path(__file__).resolve().parent / "golden" / "shape_transitions.jsonl"
+
+
+def _golden(case: str, steps: list[dict[str, Any]]) -> None:
+    """Compare the run's transitions with the recorded ones (or record them)."""
+    rows = [[x["iteration"], x["src"], x["dst"], x["trigger"], x.get("shape_to")] for x in steps]
+    out = os.environ.get("SPECFSM_GOLDEN_WRITE")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"case": case, "transitions": rows}) + "\n")
+        return
+    if GOLDEN.exists():
+        want = {
+            (d := json.loads(x))["case"]: d["transitions"]
+            for x in GOLDEN.read_text().splitlines()
+            if x.strip()
+        }
+        if case in want:
+            assert rows == want[case], case
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -80,6 +103,7 @@ def eng(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     )
     e.test_dir = d
     e.cfg = c
+    e.case = request.param
     yield e
     e.shutdown()
 
@@ -96,6 +120,7 @@ def _cycle(c: dict[str, Any], every: int, plain: bool = True) -> dict[str, Any]:
 def test_shape_cycle_equals_nospec(eng: Any, reference: Any, every: int) -> None:
     """The shape changes every few forwards (through PLAIN too): outputs stay token-identical,
     the machine really reshaped, no fault and no contract violation."""
+    before = len(F.transitions(eng.test_dir))
     F.set_policy(eng.test_dir, _cycle(eng.cfg, every))
     out = E.generate_greedy(eng, PROMPTS, 24)
     assert out == reference(PROMPTS, 24)
@@ -103,6 +128,10 @@ def test_shape_cycle_equals_nospec(eng: Any, reference: Any, every: int) -> None
     assert not c["failed"] and c["action_failures"] == 0, c
     log = F.transitions(eng.test_dir)
     steps = [x for x in log if x.get("event") == "specfsm.transition"]
+    _golden(
+        f"{eng.case}/every{every}",
+        [x for x in log[before:] if x.get("event") == "specfsm.transition"],
+    )
     kinds = {(x["src"], x["dst"]) for x in steps}
     assert ("SPECULATING", "SPECULATING") in kinds, kinds
     assert ("PLAIN", "RESYNCING") in kinds and ("RESYNCING", "SPECULATING") in kinds, kinds
