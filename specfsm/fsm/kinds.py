@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import Enum
 
 
-class _Text(str, Enum):
+class TextEnum(str, Enum):
     """A str enum whose str() and format() are its value (Python 3.12 formats the name)."""
 
     def __str__(self) -> str:
@@ -19,7 +19,7 @@ class _Text(str, Enum):
         return format(str(self.value), spec)
 
 
-class StepKind(_Text):
+class StepKind(TextEnum):
     """What the last completed decode forward ran (`Observation.step_kind`)."""
 
     SPEC = "spec"  # a verify iteration of `Observation.step_shape`
@@ -29,7 +29,7 @@ class StepKind(_Text):
     UNKNOWN = ""  # the adapter does not know (or nothing ran yet)
 
 
-class PlainVariant(_Text):
+class PlainVariant(TextEnum):
     """Which PLAIN the engine runs (the adapter's config ``plain``; the cost model prices it)."""
 
     ZERO_TAX = "zero_tax"  # one target decode forward; leaving PLAIN pays a catch-up
@@ -54,7 +54,7 @@ PLAIN_VARIANTS: tuple[str, ...] = tuple(v.value for v in PlainVariant)
 _PLAIN_ALIASES = {"zero-tax": PlainVariant.ZERO_TAX.value}
 
 
-class ControlChange(_Text):
+class ControlChange(TextEnum):
     """The outcome of a runtime control change (the ``control`` key of a specfsm.config line)."""
 
     APPLIED = "applied"

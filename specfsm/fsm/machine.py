@@ -25,20 +25,12 @@ entry action must be total; `process_event` then raises `ModeActionError` chaine
 If the fault path itself fails, the machine marks itself failed (`failed` is True): every later
 call raises `MachineFailed`, and the engine must stop rather than serve in an unknown mode.
 
-Policy faults never stop the engine: a policy whose `decide` raises, returns something that is
-neither None nor an Event, returns a completion event, returns a load or shape event the table
-does not accept in the current mode, or a RESHAPE whose `next_shape` the machine refuses is
-*faulted*: one `specfsm.policy_failed` line (policy, iteration,
-error), `policy_faults` counted, FAULT to the safe mode PLAIN, and `step` returns Event.FAULT
-(the reason, a `PolicyError`, is in `last_policy_error`). After `max_policy_faults` faults of the
-same policy it is replaced by `FixedPolicy(False)` (stay PLAIN), logged once as
-`specfsm.policy_replaced`; assigning `fsm.policy` installs a policy and resets its fault count.
-The wrapper is a try/except and two identity checks: no cost while the policy behaves.
+Policy faults never stop the engine (`specfsm.fsm.faults`). The wrapper is a try/except and
+two identity checks: no cost while the policy behaves.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +39,7 @@ import attrs
 from transitions import Machine
 
 from specfsm.fsm.actions import ModeActions, NoopActions, action_name, bind_actions
+from specfsm.fsm.checks import check_new_shape
 from specfsm.fsm.decision import FixedPolicy, Policy, policy_name
 from specfsm.fsm.errors import (
     InvalidShape,
@@ -55,12 +48,13 @@ from specfsm.fsm.errors import (
     ModeActionError,
     PolicyError,
 )
+from specfsm.fsm.faults import fault_policy
+from specfsm.fsm.glue import Model, Pending, machine_config, quiet_transitions_logger
 from specfsm.fsm.log import TransitionLog
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.record import TransitionRecord
 from specfsm.fsm.table import (
     INITIAL_MODE,
-    POLICY_EVENTS,
     SAFE_MODE,
     SHAPE_EVENTS,
     SHAPE_TRANSITIONS,
@@ -80,61 +74,12 @@ __all__ = [
 ]
 
 
-def quiet_transitions_logger() -> None:
-    """Raise the `transitions` logger to WARNING unless someone configured its level.
-
-    `transitions` logs 12 lines per transition, 4 of them at INFO; SGLang runs the root logger
-    at INFO, which would cost ~40 us and flood the console per switch. Called when a SpecFSM is
-    built (never at import), and an explicit level set by the application wins.
-    """
-    logger = logging.getLogger("transitions")
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.WARNING)
-
-
 _LOAD_HIGH = Event.LOAD_HIGH  # module-level aliases: identity checks on the per-iteration path
 _LOAD_LOW = Event.LOAD_LOW
 _RESHAPE = Event.RESHAPE
 
 #: Faults of one policy after which it is replaced by FixedPolicy(False) (stay PLAIN).
 DEFAULT_MAX_POLICY_FAULTS = 3
-
-
-@attrs.define(slots=True)
-class _Pending:
-    """Per-transition scratch state shared with the `transitions` callbacks."""
-
-    info: TransitionRecord
-    obs: Observation | None
-    exit_us: float | None = None
-    enter_us: float | None = None
-    shape_us: float | None = None
-    failed_action: str | None = None
-    error: BaseException | None = None
-
-
-class _Model:
-    """The object `transitions` drives; `mode` is its state attribute."""
-
-    mode: Mode
-
-
-def machine_config() -> dict[str, Any]:
-    """`transitions.Machine` keyword arguments generated from TRANSITIONS (also for diagrams).
-
-    A shape event's self-transition is internal (`dest` None: `transitions` runs no exit/enter
-    callbacks for it, and its diagrams draw it as a self-loop marked internal)."""
-    return {
-        "states": list(Mode),
-        "transitions": [
-            {"trigger": event.value, "source": src, "dest": None if event in SHAPE_EVENTS else dst}
-            for src, row in TRANSITIONS.items()
-            for event, dst in row.items()
-        ],
-        "auto_transitions": False,
-        "ignore_invalid_triggers": False,
-        "queued": False,
-    }
 
 
 class SpecFSM:
@@ -182,7 +127,7 @@ class SpecFSM:
         self._observe_seconds = observe_seconds
         self._next_observe_t = 0.0
         self._observing = bool(observe_every or observe_seconds)
-        self._model = _Model()
+        self._model = Model()
         self._machine = Machine(
             model=self._model,
             initial=initial,
@@ -199,7 +144,7 @@ class SpecFSM:
             for tr in self._machine.events[event.value].transitions[mode.name]:
                 tr.add_callback("after", self._on_shape)
         self._triggers = {ev: self._machine.events[ev.value] for ev in Event}
-        self._pending: _Pending | None = None
+        self._pending: Pending | None = None
         self._in_fault = False
         self._failed: BaseException | None = None
         self.iteration = 0
@@ -300,53 +245,8 @@ class SpecFSM:
         value: object,
         detail: str | None = None,
     ) -> Event:
-        """The policy raised (`exc`) or returned `value` (`detail`: why that is wrong, when the
-        value alone does not say): log, count, FAULT to PLAIN."""
-        policy = self._policy
-        name = policy_name(policy)
-        if detail is not None:
-            pass
-        elif exc is not None:
-            detail = f"raised {type(exc).__name__}: {exc}"
-        elif isinstance(value, Event):
-            if value in POLICY_EVENTS:
-                detail = f"emitted {value.name}, which the table does not accept in {mode.name}"
-            else:
-                detail = (
-                    f"emitted {value.name}; policies emit only load events (LOAD_HIGH, "
-                    "LOAD_LOW) and shape events (RESHAPE), completion events come from the "
-                    "engine"
-                )
-        else:
-            detail = f"returned {type(value).__name__} {value!r:.80}, not an Event or None"
-        err = PolicyError(name, obs.iteration, mode, detail)
-        if exc is not None:
-            err.__cause__ = exc
-        self.last_policy_error = err
-        self.policy_faults += 1
-        self._strikes += 1
-        self.log.policy_failed(
-            iteration=obs.iteration,
-            policy=name,
-            mode=mode,
-            error=detail,
-            faults=self._strikes,
-            limit=self.max_policy_faults,
-            exc=exc,
-        )
-        replace = self._strikes >= self.max_policy_faults
-        reason = f"policy {name} failed: {detail}"
-        if replace:
-            self._policy = FixedPolicy(False)
-            self._strikes = 0
-            self.log.policy_replaced(
-                iteration=obs.iteration,
-                old=name,
-                new=self._policy.describe(),
-                faults=self.max_policy_faults,
-            )
-        self.process_event(Event.FAULT, obs, reason)
-        return Event.FAULT
+        """The policy raised (`exc`) or returned `value`: fault it (`specfsm.fsm.faults`)."""
+        return fault_policy(self, obs, mode, exc, value, detail)
 
     def _maybe_observe(self, obs: Observation, mode: Mode) -> None:
         """The sampled specfsm.observation line (every N iterations and/or T seconds)."""
@@ -388,7 +288,7 @@ class SpecFSM:
         if shape is None and event not in SHAPE_EVENTS:
             record = TransitionRecord(iteration, src, dst, event, reason, verdict=verdict)
         else:
-            self._check_shape(src, event, shape)
+            check_new_shape(src, event, shape, self._shapes, self._shape)
             record = TransitionRecord(
                 iteration,
                 src,
@@ -399,7 +299,7 @@ class SpecFSM:
                 prev_shape=self._shape,
                 verdict=verdict,
             )
-        pending = _Pending(record, obs)
+        pending = Pending(record, obs)
         self._fire(pending)
         if self._failed is not None:
             self._raise_failed()
@@ -412,29 +312,11 @@ class SpecFSM:
         self._finish(pending)
         return dst
 
-    def _check_shape(self, mode: Mode, event: Event, shape: object) -> None:
-        """Raise InvalidShape unless `shape` is a valid new shape for shape event `event`."""
-        if event not in SHAPE_EVENTS:
-            raise InvalidShape(mode, event, f"a shape ({shape!r:.80}) goes only with RESHAPE")
-        if shape is None:
-            raise InvalidShape(mode, event, "RESHAPE needs the new shape (shape=DraftShape(...))")
-        if not isinstance(shape, DraftShape):
-            raise InvalidShape(mode, event, f"the shape must be a DraftShape, got {shape!r:.80}")
-        if self._shapes and shape not in self._shapes:
-            raise InvalidShape(
-                mode,
-                event,
-                f"shape {shape.label()} is not one of the allowed shapes "
-                f"{[x.label() for x in self._shapes]}",
-            )
-        if shape == self._shape:
-            raise InvalidShape(mode, event, f"shape {shape.label()} is already the current one")
-
     def fault(self, reason: str, obs: Observation | None = None) -> Mode:
         """Go to the safe mode through FAULT (e.g. after a failed contract check)."""
         return self.process_event(Event.FAULT, obs, reason)
 
-    def _fire(self, pending: _Pending) -> None:
+    def _fire(self, pending: Pending) -> None:
         outer = self._pending
         self._pending = pending
         try:
@@ -442,7 +324,7 @@ class SpecFSM:
         finally:
             self._pending = outer
 
-    def _finish(self, pending: _Pending) -> None:
+    def _finish(self, pending: Pending) -> None:
         info = pending.info
         self.transitions += 1
         self.entered_at = now = time.monotonic()
@@ -524,7 +406,7 @@ class SpecFSM:
             self._failed = err
             raise err
         here: Mode = self._model.mode
-        fault = _Pending(
+        fault = Pending(
             TransitionRecord(
                 pending.info.iteration,
                 here,

@@ -17,7 +17,7 @@ from typing import Any
 
 from specfsm.fsm.decision import Policy
 from specfsm.fsm.table import Mode
-from specfsm.policy.registry import PolicyKind, check_int, check_number
+from specfsm.policy.checks import PolicyKind, check_int, check_number
 from specfsm.policy.simple import ScriptedPolicy
 
 

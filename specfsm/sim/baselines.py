@@ -69,21 +69,19 @@ from typing import Any
 from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import DraftShape, accept_length
 from specfsm.model.costs import CostModel
-from specfsm.sim.peers import (
-    PLAIN,
+from specfsm.sim.plan import (
+    NO_DRAFT,
     RESYNC,
+    SKIP0,
     SPEC,
     WARM,
     ZERO_TAX,
     Controller,
     FixedController,
     Plan,
-    SGLangAdaptiveController,
 )
+from specfsm.sim.sglang_peer import SGLangAdaptiveController
 from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, sglang_spec_cuda_graph_bs
-
-#: SGLang steps=0 with the skip flag: a plain-priced step that does not extend the draft.
-SKIP0 = "skip0"
 
 #: The engine's PLAIN state held: zero-tax steps, the draft still prefilled (the adapter's).
 PLAIN_STATE_NAME = "plain"
@@ -135,7 +133,7 @@ class StaticController(FixedController):
         self.name = name
         self.no_draft = shape is None and no_draft
         self.has_draft = not self.no_draft
-        self._plain = Plan(PLAIN if self.no_draft else ZERO_TAX, Mode.PLAIN)
+        self._plain = Plan(NO_DRAFT if self.no_draft else ZERO_TAX, Mode.PLAIN)
 
     def plan(
         self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0

@@ -8,7 +8,7 @@ One *run* serves one load trace with one controller. Each iteration:
    and decodes from the next one. Prefill cost: `CostModel.prefill_ms` (target + draft for
    controllers that have a draft).
 2. the controller picks what this iteration runs, at decode batch size bs:
-   SPEC (a speculative iteration of some draft shape), PLAIN (plain decode, draft cold: a
+   SPEC (a speculative iteration of some draft shape), NO_DRAFT (plain decode of a
    server without a draft), ZERO_TAX (specfsm's zero-tax PLAIN step and TensorRT-LLM's off
    step, `CostModel.zero_tax_ms`: the measured ~1.01x a decode step; draft cold but catchable
    in one RESYNC, see `specfsm.sim.baselines`), WARM (a 1-token
@@ -48,121 +48,24 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import attrs
-
-from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import (
     DraftShape,
     accept_length,
     alpha_from_accept_length,
     depth_accept_probs,
 )
-from specfsm.model.costs import (
-    CostModel,
-)
-from specfsm.sim.baselines import COLD_EXTRA_FACTOR, COLD_ROUNDS, SKIP0
-from specfsm.sim.peers import (
-    PLAIN,
-    SPEC,
-    WARM,
-    ZERO_TAX,
-    Controller,
-    FSMController,
-    Plan,
-    SGLangAdaptiveController,
-)
+from specfsm.model.costs import CostModel
+from specfsm.sim.baselines import COLD_EXTRA_FACTOR, COLD_ROUNDS
+from specfsm.sim.fsm_controller import FSMController
+from specfsm.sim.plan import NO_DRAFT, SKIP0, SPEC, WARM, ZERO_TAX, Controller, Plan
+from specfsm.sim.result import Meter, RunResult
+from specfsm.sim.sglang_peer import SGLangAdaptiveController
 from specfsm.sim.traces import Load, Workload
 
-
-# ------------------------------------------------------------------------------ results
-@attrs.define
-class RunResult:
-    policy: str
-    load: str
-    iterations: int
-    sim_time_s: float
-    output_tokens: int
-    tok_s: float
-    tpot_ms: list[float]
-    ttft_ms: list[float]
-    switches: int
-    mode_time_s: dict[str, float]
-    timeline: list[tuple[float, int, str]] | None = None
-    decode_ms: list[float] = attrs.Factory(list)  # per finished request, aligned with tpot_ms
-    decode_tokens: list[int] = attrs.Factory(list)  # per finished request: output tokens - 1
-    #: per wall-clock window (`run(tpot_window_s=...)`) with decoding requests: request-ms
-    #: spent decoding / tokens committed in it, i.e. that window's TPOT
-    window_tpot_ms: list[float] = attrs.Factory(list)
-    #: per finished request, aligned with tpot_ms: its finish time (simulated s)
-    finish_t_s: list[float] = attrs.Factory(list)
-    #: `run(phase_s=...)`: the phase length (s) and the tokens committed in each phase
-    phase_s: float = 0.0
-    phase_tokens: list[int] = attrs.Factory(list)
-
-    @property
-    def switches_per_100(self) -> float:
-        return 100.0 * self.switches / max(1, self.iterations)
-
-    def pct(self, xs: Sequence[float], q: float) -> float:
-        if not xs:
-            return float("nan")
-        s = sorted(xs)
-        i = min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))
-        return s[i]
-
-    @property
-    def tpot_time_weighted(self) -> float:
-        """Per-request TPOT weighted by the request's decode duration (kept for comparison; it
-        still counts requests, so high-load phases dominate it: see `tpot_wall_avg`)."""
-        tot = sum(self.decode_ms)
-        if not tot:
-            return float("nan")
-        return sum(tp * d for tp, d in zip(self.tpot_ms, self.decode_ms, strict=True)) / tot
-
-    @property
-    def tpot_mean(self) -> float:
-        """The issue's "mean TPOT": mean over finished requests of decode time / (tokens - 1)."""
-        return sum(self.tpot_ms) / len(self.tpot_ms) if self.tpot_ms else float("nan")
-
-    @property
-    def tpot_token_weighted(self) -> float:
-        """Mean gap between consecutive output tokens over all tokens: sum of decode times /
-        sum of (tokens - 1). Requests with more tokens weigh more."""
-        n = sum(self.decode_tokens)
-        return sum(self.decode_ms) / n if n else float("nan")
-
-    @property
-    def tpot_wall_avg(self) -> float:
-        """TPOT averaged over wall-clock windows: each window's TPOT (sum of dt x decoding bs /
-        tokens committed in the window) weighs the same, however many requests ran in it."""
-        w = self.window_tpot_ms
-        return sum(w) / len(w) if w else float("nan")
-
-    def mode_frac(self) -> dict[str, float]:
-        tot = sum(self.mode_time_s.values()) or 1.0
-        return {m.value: self.mode_time_s.get(m.value, 0.0) / tot for m in Mode}
-
-    def row(self) -> dict[str, object]:
-        return {
-            "policy": self.policy,
-            "load": self.load,
-            "tok_s": round(self.tok_s, 1),
-            "tpot_mean_ms": round(self.tpot_mean, 3),
-            "tpot_token_weighted_ms": round(self.tpot_token_weighted, 3),
-            "tpot_wall_avg_ms": round(self.tpot_wall_avg, 3),
-            "tpot_duration_weighted_ms": round(self.tpot_time_weighted, 3),
-            "tpot_p50_ms": round(self.pct(self.tpot_ms, 50), 3),
-            "tpot_p99_ms": round(self.pct(self.tpot_ms, 99), 3),
-            "ttft_p50_ms": round(self.pct(self.ttft_ms, 50), 2),
-            "ttft_p99_ms": round(self.pct(self.ttft_ms, 99), 2),
-            "switches_per_100": round(self.switches_per_100, 3),
-            "iterations": self.iterations,
-            "requests": len(self.tpot_ms),
-            **{f"time_{m.lower()}": round(v, 4) for m, v in self.mode_frac().items()},
-        }
+__all__ = ["LENGTH_BLOCK", "RunResult", "run"]
 
 
 # ------------------------------------------------------------------------------ the engine
@@ -270,7 +173,7 @@ class _Requests:
         self.n_admitted += n_new
         return slots, p
 
-    def commit(self, t: float, tokens: Any, slots: Any, meter: _Meter | None) -> int:
+    def commit(self, t: float, tokens: Any, slots: Any, meter: Meter | None) -> int:
         """Commit this iteration's tokens at time `t`; finished requests leave (their TPOT and
         TTFT go to `meter`, None outside the measured window). Returns the tokens produced."""
         np = self.np
@@ -364,7 +267,7 @@ class _Decode:
             ctl.feed(shape, float(tokens.mean()), bs)
             reqs.lag[dec] = 0
             return ms, tokens, int(tokens.sum())
-        if kind == PLAIN:
+        if kind == NO_DRAFT:
             reqs.lag[dec] += 1
             return cost.plain_ms(bs), 1, bs
         if kind in (ZERO_TAX, SKIP0):
@@ -375,7 +278,7 @@ class _Decode:
         if kind == WARM:
             if isinstance(ctl, SGLangAdaptiveController):
                 ctl.feed_steps0(bs)
-            return cost.steps0_ms(bs), 1, bs
+            return cost.warm_ms(bs), 1, bs
         # RESYNC: a zero-tax PLAIN step + a batched draft-extend over every request's lag
         lag_total = int(reqs.lag[dec].sum()) + bs
         reqs.lag[dec] = 0
@@ -407,105 +310,6 @@ class _Decode:
             tokens[rows] = (u[rows][:, None] < cum[None, :]).sum(axis=1) + 1
         reqs.cold[dec] = np.maximum(cold - 1, 0)
         return tokens
-
-
-class _Meter:
-    """What a run measures, inside the window after the warm-up iterations."""
-
-    def __init__(self, record_timeline: bool, tpot_window_s: float, phase_s: float = 0.0) -> None:
-        self.tpot_window_s = tpot_window_s
-        self.phase_s = phase_s
-        self.phase_tokens: list[int] = []
-        self.finish_t: list[float] = []
-        self.last_spec_shape: DraftShape | None = None
-        self.tpots: list[float] = []
-        self.decode_ms: list[float] = []
-        self.decode_tokens: list[int] = []
-        self.ttfts: list[float] = []
-        self.win_req_ms: dict[int, float] = {}  # wall-clock window -> request-ms decoding
-        self.win_tok: dict[int, int] = {}  # wall-clock window -> tokens committed in it
-        self.timeline: list[tuple[float, int, str]] | None = [] if record_timeline else None
-        self.mode_time = dict.fromkeys(Mode, 0.0)
-        self.switches = 0
-        self.last_sig: object = None
-        self.win_t0 = 0.0
-        self.win_tokens = 0
-
-    def switch(self, ctl: Controller, plan: Plan, in_window: bool) -> None:
-        """Count a switch (inside the measured window only): an FSM's DRAINING / RESYNCING
-        iteration or a shape change between two consecutive SPEC iterations (a RESHAPE); a
-        peer's change of what it runs (its draft shape, or speculating or not)."""
-        if isinstance(ctl, FSMController):
-            if (plan.mode is Mode.DRAINING or plan.mode is Mode.RESYNCING) and in_window:
-                self.switches += 1
-            prev = self.last_spec_shape
-            if plan.kind == SPEC:
-                if prev is not None and plan.shape != prev and in_window:
-                    self.switches += 1
-                self.last_spec_shape = plan.shape
-            else:
-                self.last_spec_shape = None
-            return
-        sig: object = plan.shape if plan.kind == SPEC else None
-        if self.last_sig is not None and sig != self.last_sig and in_window:
-            self.switches += 1
-        self.last_sig = sig
-
-    def phase_add(self, t: float, produced: int) -> None:
-        """Tokens committed by an iteration ending at `t` go to phase floor(t / phase_s)."""
-        if self.phase_s <= 0:
-            return
-        p = int(t / self.phase_s)
-        while len(self.phase_tokens) <= p:
-            self.phase_tokens.append(0)
-        self.phase_tokens[p] += produced
-
-    def iteration(
-        self, t: float, dt: float, ms: float, bs: int, n_tok: int, plan: Plan, in_window: bool
-    ) -> None:
-        """Account one iteration that ended at `t` and took `dt` s (`ms` ms)."""
-        self.mode_time[plan.mode] += dt if in_window else 0.0
-        if in_window and bs:
-            w = int((t - dt - self.win_t0) / self.tpot_window_s)
-            self.win_req_ms[w] = self.win_req_ms.get(w, 0.0) + ms * bs
-            self.win_tok[w] = self.win_tok.get(w, 0) + n_tok
-        if self.timeline is not None:
-            self.timeline.append((t, bs, plan.mode.value))
-
-    def finished(self, np: Any, t: float, t_first: Any, t_arrive: Any, out_len: Any) -> None:
-        """Requests that finished at `t`: TPOT, decode time and tokens, TTFT."""
-        tp = (t - t_first) / np.maximum(out_len - 1, 1) * 1000.0
-        self.tpots.extend(tp.tolist())
-        self.finish_t.extend([t] * len(tp))
-        self.decode_ms.extend(((t - t_first) * 1000.0).tolist())
-        self.decode_tokens.extend(np.maximum(out_len - 1, 1).tolist())
-        self.ttfts.extend(((t_first - t_arrive) * 1000.0).tolist())
-
-    def result(self, ctl: Controller, load: Load, iterations: int, t: float) -> RunResult:
-        window_s = max(t - self.win_t0, 1e-9)
-        return RunResult(
-            policy=ctl.name,
-            load=load.name,
-            iterations=iterations,
-            sim_time_s=window_s,
-            output_tokens=self.win_tokens,
-            tok_s=self.win_tokens / window_s,
-            tpot_ms=self.tpots,
-            ttft_ms=self.ttfts,
-            switches=self.switches,
-            mode_time_s={m.value: v for m, v in self.mode_time.items()},
-            timeline=self.timeline,
-            decode_ms=self.decode_ms,
-            decode_tokens=self.decode_tokens,
-            window_tpot_ms=[
-                self.win_req_ms[w] / self.win_tok[w]
-                for w in sorted(self.win_req_ms)
-                if self.win_tok[w]
-            ],
-            finish_t_s=self.finish_t,
-            phase_s=self.phase_s,
-            phase_tokens=self.phase_tokens,
-        )
 
 
 def run(
@@ -546,7 +350,7 @@ def run(
     reqs = _Requests(np, wl, np.random.default_rng([seed, 1]))
     decode = _Decode(np, np.random.default_rng([seed, 2]), alpha, accept_len_fn, rho)
     arrivals = _Arrivals(load, np.random.default_rng([seed, 3]))
-    meter = _Meter(record_timeline, tpot_window_s, phase_s or 0.0)
+    meter = Meter(record_timeline, tpot_window_s, phase_s or 0.0)
     ctx_aware = len(cost.contexts) > 1  # several contexts: price at the batch's mean KV length
     is_fsm = isinstance(controller, FSMController)
     lazy = lazy_draft_prefill or controller.lazy_draft_prefill
@@ -565,7 +369,7 @@ def run(
         mean_ctx = reqs.mean_ctx(bs)
         plan = controller.plan(it, bs, len(new), accept_lens if is_fsm else (), mean_ctx)
         # prefill: through the draft too unless this PLAIN iteration leaves it cold (lazy)
-        with_draft = controller.has_draft and not (lazy and plan.kind in (PLAIN, ZERO_TAX))
+        with_draft = controller.has_draft and not (lazy and plan.kind in (NO_DRAFT, ZERO_TAX))
         prefill_tokens = int(prompts.sum()) if new else 0
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
         if new and not with_draft and controller.has_draft:

@@ -112,11 +112,10 @@ def test_throughput_and_crossover(model: CostModel) -> None:
 
 def test_drain_resync_steps0_costs(model: CostModel) -> None:
     """DRAINING = one spec iteration; RESYNCING = plain + catch-up extend; steps0 = q1 both."""
-    assert model.drain_ms(64) == pytest.approx(model.spec_ms(64))
     # 64 requests x 16 lag tokens each = draft(64, q=16)
     assert model.resync_ms(64, 64 * 16) == pytest.approx(raw(T, 64, 1) + raw(D, 64, 16))
     bss, _ = _grid(T)
-    assert model.steps0_ms(bss[-1]) == pytest.approx(raw(T, bss[-1], 1) + raw(D, bss[-1], 1))
+    assert model.warm_ms(bss[-1]) == pytest.approx(raw(T, bss[-1], 1) + raw(D, bss[-1], 1))
 
 
 def test_prefill_per_token(model: CostModel) -> None:

@@ -95,3 +95,70 @@ def test_no_transitions_logger_level_at_import() -> None:
 def test_py_typed_ships() -> None:
     """The PEP 561 marker is in the package folder (so the wheel carries it)."""
     assert (PKG / "py.typed").is_file()
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The specfsm modules `path` imports when it runs (lazy imports too; not those under
+    `if TYPE_CHECKING:`, which never run)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in out if m.startswith("specfsm")}
+
+
+#: the parts whose modules must form no import circle and stay at most 450 lines
+CORE_PARTS = ("fsm", "model", "policy", "sim")
+
+
+def _core_modules() -> list[Path]:
+    return [p for part in CORE_PARTS for p in _modules(part)] + [PKG / "__init__.py"]
+
+
+def test_no_import_circle() -> None:
+    """No core module imports itself back through others (the arrows form a DAG)."""
+    modules = {_module_name(p): p for p in _core_modules()}
+    graph = {m: sorted(x for x in _runtime_imports(p) if x in modules and x != m)
+             for m, p in modules.items()}  # fmt: skip
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycles.append([*stack[stack.index(n) :], n])
+            elif n not in state:
+                visit(n, [*stack, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == []
+
+
+def test_modules_are_small() -> None:
+    """Every core module is at most 450 lines: one job each."""
+    big = {str(p.relative_to(PKG.parent)): n for p in _core_modules()
+           if (n := len(p.read_text().splitlines())) > 450}  # fmt: skip
+    assert big == {}

@@ -163,7 +163,7 @@ def test_sglang_steps0_tax_at_high_load(cost: CostModel) -> None:
         iterations=101,
         warmup_iterations=1,
     )
-    assert r.sim_time_s * 1000 / 100 == pytest.approx(cost.steps0_ms(128))
+    assert r.sim_time_s * 1000 / 100 == pytest.approx(cost.warm_ms(128))
 
 
 def test_sglang_adaptive_rejects_trees(cost: CostModel) -> None:
