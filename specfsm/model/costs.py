@@ -54,6 +54,7 @@ from specfsm.model.acceptance import DraftShape, accept_length
 from specfsm.model.tables import (
     COLUMNS,
     DRAFT_MODEL,
+    ENGINE_TABLE,
     EXTEND_MODEL,
     PLAIN_STEP_MODEL,
     PLAIN_WARM_MODEL,
@@ -79,6 +80,7 @@ from specfsm.model.tables import (
 __all__ = [
     "COLUMNS",
     "DRAFT_MODEL",
+    "ENGINE_TABLE",
     "EXTEND_MODEL",
     "PLAIN_STEP_MODEL",
     "PLAIN_VARIANTS",

@@ -53,6 +53,9 @@ def spec_step_model(shape: DraftShape) -> str:
 
 #: Package-data table names (specfsm/data/costs/<name>.csv).
 SHARED_REF = "h200_llama8b_shared_ref"
+#: The table measured inside SGLang 0.5.17 on an H200 (both PLAIN steps measured): the default
+#: of a policy that names none. (SHARED_REF's steps were timed outside the engine.)
+ENGINE_TABLE = "h200_sglang0517_llama8b"
 
 
 def interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:

@@ -11,7 +11,7 @@ from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import TRANSITIONS, Event, Mode
 from specfsm.fsm.verdict import event_of
 from specfsm.model.acceptance import DraftShape, accept_length, chain_accept_length
-from specfsm.model.costs import SHARED_REF, CostModel, load_table
+from specfsm.model.costs import ENGINE_TABLE, SHARED_REF, CostModel, load_table
 from specfsm.policy.goodput import GoodputPolicy, goodput_from_args
 
 ACC = chain_accept_length(0.8, 3)  # 2.952; crossover bs 121 on the shared table
@@ -70,7 +70,8 @@ def test_goodput_from_args() -> None:
     )
     assert isinstance(p, GoodputPolicy) and p.plain == "zero_tax" and p.margin == 0.05
     assert p.min_dwell == 8 and p.cost.shape == DraftShape.chain(3)
-    assert p.cost.table.source == SHARED_REF and p.prior_accept_len == 2.5
+    # a policy that names no table is priced on the in-engine table
+    assert p.cost.table.source == ENGINE_TABLE and p.prior_accept_len == 2.5
     t = goodput_from_args({"table": SHARED_REF, "shape": "tree", "accept_len": 2, "plain": "warm"})
     assert t.cost.shape == DraftShape(4, 2, 16) and t.plain == "warm"
     assert goodput_from_args({"shape": "chain3", "accept_len": 2, "plain": "zero-tax"}).plain == (

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specfsm.model.acceptance import DraftShape, parse_shape, parse_shape_list
-from specfsm.model.costs import SHARED_REF, CostModel, CostTable, load_table, overlay_table
+from specfsm.model.costs import ENGINE_TABLE, CostModel, CostTable, load_table, overlay_table
 from specfsm.policy.goodput.params import KEYWORDS as _KEYWORDS
 from specfsm.policy.goodput.policy import GoodputPolicy
 
@@ -29,23 +29,23 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     """Build a GoodputPolicy from its JSON-style arguments (the registry's "goodput" entry).
 
     Keys: ``table`` (a packaged table name or a CSV path, or a list of them / "a+b" merged into
-    one table, e.g. the same engine at two context lengths; default the shared H200 reference),
-    ``shape`` (required: "chain3", "tree", "topk,steps,tokens", [topk, steps, tokens] or an
-    object; must be the shape the server runs), ``ctx`` (optional context length for the table
-    lookup; with a table of several contexts the policy prices each iteration at the batch's
-    mean KV length and uses ``ctx`` only when that is unknown), ``accept_len`` (required: mean
-    tokens per verify incl. the bonus, >= 1), and GoodputPolicy's keyword parameters
-    ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``, ``horizon``, ``lag_cap``,
-    ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the default and the adapter's
-    default PLAIN, or "warm": it must name the PLAIN the server runs), ``shape_margin``,
-    ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``depth_ema``, ``shape_z``, ``probe_z``,
-    ``reprobe_after``, ``reprobe_max``, ``reprobe_len``, ``reprobe_evidence``. ``shapes`` (a
-    list of shapes, or one string "chain1,chain3,4,2,16"): choose among PLAIN and these per
-    iteration (``shape`` is the launch shape, added when not listed). ``profile`` (a cost CSV in
-    the packaged table format, e.g. the engine's start-up profile): its series override the
-    table's as the calibration's prior. ``calibrate`` (bool, default true): refine the costs
-    online from the measured step times. Raises ValueError with the reason on anything missing,
-    unknown or invalid.
+    one table, e.g. the same engine at two context lengths; default `ENGINE_TABLE`, the table
+    measured inside SGLang on an H200), ``shape`` (required: "chain3", "tree",
+    "topk,steps,tokens", [topk, steps, tokens] or an object; must be the shape the server runs),
+    ``ctx`` (optional context length for the table lookup; with a table of several contexts the
+    policy prices each iteration at the batch's mean KV length and uses ``ctx`` only when that
+    is unknown), ``accept_len`` (required: mean tokens per verify incl. the bonus, >= 1), and
+    GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
+    ``horizon``, ``lag_cap``, ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the
+    default and the adapter's default PLAIN, or "warm": it must name the PLAIN the server runs),
+    ``shape_margin``, ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``depth_ema``,
+    ``shape_z``, ``probe_z``, ``reprobe_after``, ``reprobe_max``, ``reprobe_len``,
+    ``reprobe_evidence``. ``shapes`` (a list of shapes, or one string "chain1,chain3,4,2,16"):
+    choose among PLAIN and these per iteration (``shape`` is the launch shape, added when not
+    listed). ``profile`` (a cost CSV in the packaged table format, e.g. the engine's start-up
+    profile): its series override the table's as the calibration's prior. ``calibrate`` (bool,
+    default true): refine the costs online from the measured step times. Raises ValueError with
+    the reason on anything missing, unknown or invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
@@ -63,7 +63,7 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
         ctx = _number("ctx", ctx, int)
         if ctx <= 0:
             raise ValueError(f"goodput policy: ctx must be > 0, got {ctx}")
-    table_name = args.get("table", SHARED_REF)
+    table_name = args.get("table", ENGINE_TABLE)
     if isinstance(table_name, (list, tuple)) and table_name:
         if not all(isinstance(t, str) and t for t in table_name):
             raise ValueError(f"goodput policy: table list must hold names or paths: {table_name!r}")
