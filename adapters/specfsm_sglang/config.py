@@ -72,6 +72,7 @@ from typing import Any
 import attrs
 
 from specfsm import Policy
+from specfsm.fsm.kinds import PLAIN_VARIANTS
 from specfsm.fsm.machine import DEFAULT_MAX_POLICY_FAULTS
 from specfsm.model.acceptance import DraftShape, parse_shape
 from specfsm.policy import registry
@@ -93,8 +94,8 @@ DEFAULT_POLICY: dict[str, Any] = {
 }
 
 
-#: PLAIN's implementations (Config.plain)
-PLAIN_KINDS = ("zero_tax", "warm")
+#: PLAIN's implementations (Config.plain): the core's `PlainVariant`s
+PLAIN_KINDS = PLAIN_VARIANTS
 
 
 class ConfigError(ValueError):
