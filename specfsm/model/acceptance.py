@@ -160,8 +160,8 @@ def parse_shape(shape: object) -> DraftShape:
     raise ValueError(f"bad draft shape {shape!r}: use {SHAPE_SYNTAX}")
 
 
-#: The shape grid of issue 13: chains of 1, 2, 3, 5 and 7 steps and the trees (topk 4, 2 steps,
-#: 16 tokens; the seeds') and (topk 4, 3 steps, 8 tokens).
+#: The shape grid the shape choice is judged on: chains of 1, 2, 3, 5 and 7 steps and the
+#: trees (topk 4, 2 steps, 16 tokens; the seeds') and (topk 4, 3 steps, 8 tokens).
 DEFAULT_SHAPE_GRID: tuple[DraftShape, ...] = (
     DraftShape.chain(1),
     DraftShape.chain(2),

@@ -2,7 +2,7 @@
 
 `traces` (load traces, the workload), `peers` (the controllers compared: specfsm's policies
 through the real SpecFSM, SGLang adaptive, vLLM's batch-size table, TensorRT-LLM's max
-concurrency, static baselines; `lineup`), `baselines` (issue 13's honest baselines: the static
+concurrency, static baselines; `lineup`), `baselines` (the honest baselines: the static
 grid of the engine's states, i.e. the draft shapes and the engine's PLAIN state, the server
 without a draft as an info baseline, and each peer's rule fitted on the fit table: vLLM's K
 table, SGLang adaptive with default and tuned tiers, SGLang's skip-flag steps=0, TensorRT-LLM's

@@ -1,8 +1,8 @@
-"""Honest baselines (issue 13): every static shape of the grid, and each peer engine's rule at
+"""Honest baselines: every static shape of the grid, and each peer engine's rule at
 its best parameters FITTED on the fit table (then scored on another table by the sweep).
 
-* Static grid (`STATIC_GRID`): the engine's states, as issue 13 defines the grid: chains of 1,
-  2, 3, 5, 7 steps, trees (topk 4, 2 steps, 16 draft tokens) and (4, 3, 8), and the engine's
+* Static grid (`STATIC_GRID`), the engine's states: chains of 1, 2, 3, 5, 7 steps, trees
+  (topk 4, 2 steps, 16 draft tokens) and (4, 3, 8), and the engine's
   PLAIN state (``plain``: specfsm's own engine pinned in PLAIN, zero-tax steps, every prefill
   through the draft too, as the SGLang adapter does). "Best static" of a cell is the highest
   tok/s among them (`best_static`), run on the same load, table and seed.

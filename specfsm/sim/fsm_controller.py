@@ -48,7 +48,7 @@ class FSMController(Controller):
     `plain`: "zero_tax" (the SGLang adapter's default) or "warm"; see the module docstring.
     `lazy_draft_prefill` only applies to "zero_tax".
 
-    Shapes (issue 13): the machine is built with `shapes` (default: the policy's ``shapes``
+    Shapes: the machine is built with `shapes` (default: the policy's ``shapes``
     attribute, empty for a policy without one) and `shape` as its current shape; a SPEC plan
     runs ``machine.shape``, which a RESHAPE changes. The observation of each iteration carries
     ``shape`` (the machine's), ``accept_shape`` (the shape of the last SPEC plan, whose verifies

@@ -1,4 +1,4 @@
-"""The per-phase oracle of a time-varying trace (issue 13): for each phase, the best static shape.
+"""The per-phase oracle of a time-varying trace: for each phase, the best static shape.
 
 Construction:
 

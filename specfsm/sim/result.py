@@ -54,7 +54,7 @@ class RunResult:
 
     @property
     def tpot_mean(self) -> float:
-        """The issue's "mean TPOT": mean over finished requests of decode time / (tokens - 1)."""
+        """The "mean TPOT": mean over finished requests of decode time / (tokens - 1)."""
         return sum(self.tpot_ms) / len(self.tpot_ms) if self.tpot_ms else float("nan")
 
     @property

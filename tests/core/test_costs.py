@@ -212,7 +212,7 @@ def test_every_packaged_table_builds_a_cost_model(name: str) -> None:
 
 
 def test_in_engine_ctx4096_crosses_over_earlier() -> None:
-    """The GPU issue's in-engine tables: at ctx 4096 speculation stops paying at a smaller batch
+    """The in-engine tables: at ctx 4096 speculation stops paying at a smaller batch
     than at ctx 1024 (verify reads 4x the KV per request), for the chain and for the tree."""
     for shape in (DraftShape.chain(3), DraftShape(4, 2, 16)):
         short = CostModel(load_table("h200_sglang0517_llama8b"), shape)

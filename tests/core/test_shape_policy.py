@@ -1,4 +1,4 @@
-"""GoodputPolicy with shapes (issue 13): the shape the cost table implies, PLAIN where it pays,
+"""GoodputPolicy with shapes: the shape the cost table implies, PLAIN where it pays,
 hysteresis, per-depth learning, self-calibration, the registry, and `specfsm tune --shapes`."""
 
 from __future__ import annotations

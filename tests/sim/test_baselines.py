@@ -1,4 +1,4 @@
-"""Issue 13's honest baselines, the per-phase oracle and the sweep's summary lines."""
+"""The honest baselines, the per-phase oracle and the sweep's summary lines."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FSMController with shapes (issue 13): plans the machine's shape, reports accept_shape and the
+"""FSMController with shapes: plans the machine's shape, reports accept_shape and the
 measured step to the policy, and lineup's goodput entries choose among the shape grid."""
 
 from __future__ import annotations
