@@ -25,9 +25,9 @@ class Observation:
     `accept_shape` is the draft shape of the verify whose accept_lens these are; `step_ms` the
     measured duration of the last completed decode forward (0.0 = unknown), `step_bs` its decode
     batch size, `step_shape` its draft shape (None: a non-speculative step, PLAIN / DRAINING /
-    RESYNCING), `step_kind` "spec" | "plain" | "resync" | "warm" | "" (unknown). `shape` is the
-    machine's current speculation shape (`SpecFSM.shape`; kept across PLAIN), None when unknown:
-    a policy that may RESHAPE compares its choice with it.
+    RESYNCING), `step_kind` a `specfsm.fsm.kinds.StepKind` (a str: "spec", "plain", "resync",
+    "warm", "" unknown). `shape` is the machine's current speculation shape (`SpecFSM.shape`;
+    kept across PLAIN), None when unknown: a policy that may RESHAPE compares its choice with it.
     """
 
     iteration: int
