@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from specfsm.cli.args import (
     ArgParser,
@@ -31,10 +32,11 @@ from specfsm.model.costs import (
     PLAIN_VARIANTS,
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
-    SHARED_REF,
+    CostModel,
     check_plain_variant,
     packaged_tables,
 )
+from specfsm.model.tables import ENGINE_TABLE
 from specfsm.sim.tune import (
     ShapeTable,
     accept_from_log,
@@ -69,9 +71,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = ArgParser(prog="specfsm tune", description=__doc__)
-    ap.add_argument("--table", default=SHARED_REF, help=f"path or one of {packaged_tables()}")
     ap.add_argument(
-        "--ctx", type=positive_int, default=None, help="context length (default: the table's first)"
+        "--table",
+        default=ENGINE_TABLE,
+        help=f"a CSV path or one of {packaged_tables()}; a+b merges two tables (e.g. both "
+        f"contexts: {ENGINE_TABLE}+{ENGINE_TABLE}_ctx4096); default {ENGINE_TABLE} (measured "
+        "inside SGLang 0.5.17 on an H200, the goodput policy's and logs replay's default)",
+    )
+    ap.add_argument(
+        "--ctx",
+        type=positive_int,
+        default=None,
+        help="context length (default: the table's first); one outside the table's measured "
+        "contexts is refused",
     )
     ap.add_argument(
         "--shape",
@@ -111,10 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     check_accept_len(a.accept_len, a.shape)
     cost = cost_model("--table", a.table, a.shape, a.ctx, a.profile)
+    check_ctx(cost, a.ctx)
     if a.log:
         acc = accept_from_log(a.log)
         if acc is None:
             raise UsageError(f"--log {a.log}: no accept_lens found (a specfsm observation log?)")
+        if a.table == ENGINE_TABLE and a.profile is None:
+            print(
+                f"note: --log gives the accept length only; the steps are priced on {ENGINE_TABLE}"
+                " (an H200, Llama-3.1-8B): give --table or --profile for your server's",
+                file=sys.stderr,
+            )
     elif a.accept_len is not None:
         acc = a.accept_len
     else:
@@ -141,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             "min_dwell": rec.min_dwell,
         },
         "goodput_policy": {
+            "name": "goodput",
+            "table": a.table if a.profile is None else a.profile,
+            "shape": a.shape.label(),
             "accept_len": round(acc, 4),
             "margin": 0.02,
             "debounce": 4,
@@ -148,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             "plain": a.plain,
         },
         "sglang_adaptive_config": rec.sglang_config,
+        "measured_bs": max_measured_bs(cost),
     }
+    out["config"] = {"policy": out["goodput_policy"], "plain": a.plain}
     table = None
     if a.shapes is not None:
         alpha = alpha_from_accept_length(acc, a.shape)
@@ -184,10 +208,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{'bs':>5} {'decode tok/s':>12} {'zero_tax tok/s':>14} {'warm tok/s':>11} "
         f"{'spec tok/s':>11} {'spec/zero_tax':>13} {'spec/warm':>9}"
     )
+    top = max_measured_bs(cost)
     for bs in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         p, z = cost.plain_tps(bs), cost.off_tps(bs, PLAIN_ZERO_TAX)
         w, s = cost.off_tps(bs, PLAIN_WARM), cost.spec_tps(bs, acc)
-        print(f"{bs:>5} {p:>12.0f} {z:>14.0f} {w:>11.0f} {s:>11.0f} {s / z:>13.2f} {s / w:>9.2f}")
+        mark = "  EXTRAPOLATED (above the table's bs)" if bs > top else ""
+        print(
+            f"{bs:>5} {p:>12.0f} {z:>14.0f} {w:>11.0f} {s:>11.0f} {s / z:>13.2f} {s / w:>9.2f}"
+            + mark
+        )
 
     def _x(v: int | None) -> str:
         return str(v) if v is not None else "> 1024 (speculation always wins)"
@@ -200,17 +229,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"GoodputPolicy(cost, accept_len={acc:.3f}, margin=0.02, debounce=4, min_dwell=32, "
-        f"plain={a.plain!r})"
+        f"plain={json.dumps(a.plain)})"
     )
     if a.shape.topk != 1:
         print(
             "note: SGLang 0.5.23 rejects --speculative-adaptive with topk != 1 and falls back "
             "to static parameters; the config below only applies to a topk=1 chain launch"
         )
-    print("SGLang --speculative-adaptive --speculative-adaptive-config <file with> (warm cut):")
+    print(
+        "for comparison only, SGLang's own adaptive controller (its --speculative-adaptive-config;"
+        " specfsm refuses to run beside it), warm cut:"
+    )
     print(json.dumps(rec.sglang_config))
+    print(
+        "specfsm config (SPECFSM_CONFIG file, starts as is; `specfsm config check` it):",
+        json.dumps(out["config"]),
+    )
     if table is not None:
         print_shape_table(table)
+        if table.interpolated and not cost.step_shapes:
+            print(
+                "note: the * prices rest on the table's interpolation alone (no measured step of "
+                "those shapes), and a best choice among them is a guess: on the H200 the "
+                "measured whole steps disagreed with such a prior; measure them with the "
+                'start-up profile (config "profile": true, docs/sglang.md) and pass its CSV '
+                "as --profile"
+            )
         if cost.step_shapes:
             for sh in a.shapes:
                 if sh not in cost.step_shapes:
@@ -220,6 +264,24 @@ def main(argv: list[str] | None = None) -> int:
                         "do not share; profile it before comparing"
                     )
     return 0
+
+
+def check_ctx(cost: CostModel, ctx: int | None) -> None:
+    """Refuse a context outside the table's measured contexts: pricing there would extrapolate
+    (a single-context table prices every ctx as its own, silently)."""
+    ctxs = cost.contexts
+    if ctx is not None and not min(ctxs) <= ctx <= max(ctxs):
+        rng = str(ctxs[0]) if len(ctxs) == 1 else f"{min(ctxs)}-{max(ctxs)}"
+        raise UsageError(
+            f"--ctx {ctx}: outside {cost.table.source}'s measured contexts ({rng}); give a table "
+            f"that measures it (a+b merges tables, e.g. {ENGINE_TABLE}+{ENGINE_TABLE}_ctx4096) "
+            "or --profile"
+        )
+
+
+def max_measured_bs(cost: CostModel) -> int:
+    """The largest batch size the target is measured at (rows above it are extrapolated)."""
+    return max(cost.table.batch_sizes(cost.target))
 
 
 def print_shape_table(table: ShapeTable) -> None:
