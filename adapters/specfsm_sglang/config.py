@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -469,6 +469,12 @@ class Config:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Config:
         check_keys("", data, cls.keys())
+        if isinstance(data.get("policy"), str):  # the shorthand, as SPECFSM_POLICY takes it
+            try:
+                spec = registry.parse_shorthand(data["policy"], "policy")
+            except registry.PolicySpecError as exc:
+                raise ConfigError(exc.key, exc.reason) from exc
+            data = {**data, "policy": spec}
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:
@@ -530,6 +536,14 @@ def resolve(environ: Mapping[str, str] | None = None, prepare: bool = True) -> C
     if prepare and cfg.log is not None:
         prepare_log(cfg.log)
     return cfg
+
+
+def check_file(path: str, flags: Sequence[str] = ()) -> list[str]:
+    """`specfsm config check`'s problems with the file `path` (and the server `flags`), one line
+    each (`specfsm_sglang.config_check`; reached through this module's entry point)."""
+    from specfsm_sglang.config_check import problems
+
+    return [str(exc) for exc in problems(path, flags)]
 
 
 def bundle_config(environ: Mapping[str, str]) -> dict[str, Any]:

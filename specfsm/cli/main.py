@@ -4,7 +4,7 @@ Every command validates its input before any expensive work; a refused input (or
 optional dependency) is one line on stderr, ``specfsm <command>: <what was wrong>``, and exit
 status 2, never a traceback. Commands raise `UsageError` for that; `main` prints it.
 
-Subcommands: the core's own (diagram, walkthrough, tune, sim, logs, bundle) and those other
+Subcommands: the core's own (diagram, walkthrough, tune, sim, logs, bundle, config) and those other
 distributions contribute through the entry-point group ``specfsm.cli``: each entry point
 resolves to ``register(subparsers: argparse._SubParsersAction) -> None``, which adds one parser
 per subcommand with ``set_defaults(run=fn)``; ``fn(argv: list[str]) -> int`` parses the
@@ -41,10 +41,17 @@ def add_command(
 
 
 def _core_commands() -> list[Register]:
-    from specfsm.cli import diagram, sim, tune, walkthrough
+    from specfsm.cli import config, diagram, sim, tune, walkthrough
     from specfsm.logtools import cli as logs
 
-    return [diagram.register, walkthrough.register, tune.register, sim.register, logs.register]
+    return [
+        diagram.register,
+        walkthrough.register,
+        tune.register,
+        sim.register,
+        logs.register,
+        config.register,
+    ]
 
 
 def _unavailable(name: str, exc: BaseException) -> Run:
