@@ -1,9 +1,10 @@
 """Everything specfsm knows about SGLang's internals, in one version-aware place.
 
 Hook targets (dotted paths for `HookRegistry`), the field names the adapter reads, and the
-server-arg checks. A new SGLang version gets a new entry in `SURFACES`; 0.5.17 (the newest
-release whose torch pin matches the lent H200's torch 2.11) shares 0.5.23's surface: checked on
-the H200 by the acceptance suite (benchmarks/gpu/specfsm_suite.py, docs/gpu.md).
+server-arg checks. A new SGLang version gets a new entry in `SURFACES` once its surface data
+(scripts/sglang_surfaces.py) show every target with the parameters the hooks read; 0.5.17 (the
+newest release whose torch pin matches the H200 box's torch 2.11) was checked on the H200 by the
+acceptance suite (benchmarks/gpu/specfsm_suite.py, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class Surface:
     #: AFTER, in the engine's (or HTTP server's) parent process: runs after the server
     #: arguments were resolved and before any scheduler process is spawned
     launch_check: str = "sglang.srt.server_args.ServerArgs.check_server_args"
+    #: run end to end (engine tests / the GPU suite), not only measured from the wheel
     verified: bool = True
 
     @property
@@ -80,8 +82,45 @@ class Surface:
         return "sglang.srt.managers.schedule_batch.ScheduleBatch.retract_decode"
 
 
+def hook_targets(s: Surface) -> dict[str, str]:
+    """Every dotted hook target of `s`, by its attribute name (what the surface data measure,
+    scripts/sglang_surfaces.py)."""
+    names = [n for n in dir(Surface) if isinstance(getattr(Surface, n), property)]
+    return {"launch_check": s.launch_check, **{n: getattr(s, n) for n in sorted(names)}}
+
+
+#: The leading parameters each hook reads by position (hooks.py; the test bed's test channel for
+#: batch_retract); any later ones pass through ``*args, **kwargs``. A release is compatible when
+#: every target exists and its signature starts with these (the surface data,
+#: adapters/specfsm_sglang/surfaces/, measured by scripts/sglang_surfaces.py).
+HOOK_PARAMS: dict[str, tuple[str, ...]] = {
+    "launch_check": ("self",),
+    "worker_init_graphs": ("self",),
+    "worker_forward": ("self", "batch"),
+    "worker_trivial_verify": ("self",),
+    "worker_verify_complete": ("self", "num_correct_drafts_per_req"),
+    "scheduler_init": ("self", "server_args"),
+    "scheduler_next_batch": ("self",),
+    "scheduler_process_result": ("self", "batch", "result"),
+    "scheduler_idle": ("self",),
+    "resolve_spec_tokens": ("self", "result", "batch"),
+    "tokenizer_spec_metrics": ("self", "meta_info", "recv_obj", "i"),
+    "batch_retract": ("self",),
+}
+
+#: The SGLang releases specfsm runs on, one place: 0.5.17 to 0.5.23, every release between them
+#: included. Each one's hook targets exist with the parameters `HOOK_PARAMS` reads, measured
+#: from its wheel (adapters/specfsm_sglang/surfaces/<version>.json, checked by
+#: tests/adapter/test_surface_data.py). Run end to end: 0.5.23 (the CPU test bed) and 0.5.17
+#: (the H200 acceptance suite, docs/gpu.md); the releases between are measured statically only
+#: (`verified=False`). Any other version is refused at launch.
 SURFACES: dict[str, Surface] = {
     "0.5.23": Surface(),
+    "0.5.22": Surface(verified=False),
+    "0.5.21": Surface(verified=False),
+    "0.5.20": Surface(verified=False),
+    "0.5.19": Surface(verified=False),
+    "0.5.18": Surface(verified=False),
     # verified on the H200 on 2026-11-30: every hook target resolved and ran, CUDA graphs on
     # (benchmarks/gpu/results/2026-11-30_specfsm)
     "0.5.17": Surface(),
