@@ -96,3 +96,42 @@ def test_no_sglang_imported() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "cannot read configuration /nonexistent.json" in r.stdout
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+
+
+def test_config_reference_lists_every_key() -> None:
+    from specfsm_sglang.config import Config
+
+    rows = {
+        line.split("|")[1].strip().strip("`")
+        for line in DOC.read_text().splitlines()
+        if line.startswith("| `")
+    }
+    assert set(Config.keys()) <= rows, sorted(set(Config.keys()) - rows)
+
+
+def test_config_reference_examples_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every JSON example of docs/config.md passes the check (on the server of its shape)."""
+    blocks = DOC.read_text().split("```json\n")[1:]
+    assert len(blocks) == 3
+    for block in blocks:
+        text = block.split("```")[0].replace("/var/log/specfsm", str(tmp_path))
+        shape = json.loads(text)["policy"]
+        steps = "7" if isinstance(shape, dict) and shape.get("shape") == "chain7" else "3"
+        flags = [
+            *SERVER[:-4],
+            "--speculative-num-steps",
+            steps,
+            "--speculative-num-draft-tokens",
+            str(int(steps) + 1),
+        ]
+        assert _check(tmp_path, text, flags, capsys) == (0, ["ok"]), text
+
+
+def test_log_alone_does_not_turn_specfsm_on() -> None:
+    from specfsm_sglang import config
+
+    assert not config.requested({"SPECFSM_LOG": "/tmp/x.jsonl"})
+    assert config.requested({"SPECFSM_POLICY": "fixed:speculate=true"})
