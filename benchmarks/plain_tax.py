@@ -1,6 +1,6 @@
 """What PLAIN costs on the CPU test bed, zero-tax vs SGLang's steps=0, side by side in one run.
 
-Issue 12's CPU benchmark. Engines (the agreeing bigram target + the ``mid`` EAGLE draft, chain,
+The CPU benchmark of PLAIN's cost. Engines (the agreeing bigram target + the ``mid`` EAGLE draft, chain,
 overlap off), started one after another in this process:
 
   nospec          no speculation (the decode step time PLAIN is compared with)

@@ -99,7 +99,7 @@ def main() -> int:
     trans_us = per_call_us(transitions_, n // 20, reps)
     assert cyc.mode is Mode.SPECULATING
 
-    # 3b. the shape-choosing goodput policy (issue 13) in steady SPECULATING at bs 32: every
+    # 3b. the shape-choosing goodput policy in steady SPECULATING at bs 32: every
     # iteration feeds 32 accept lengths and a measured step time, no transition due
     from specfsm.model.acceptance import DraftShape
     from specfsm.model.costs import CostModel, load_table

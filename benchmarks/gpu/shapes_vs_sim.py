@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shapes phase measured on the H200 beside what the simulator predicts (issue 13).
+"""The shapes phase measured on the H200 beside what the simulator predicts.
 
 Reads a suite results folder (``results_<tag>.jsonl`` rows of ``phase == "shapes"``: every
 static choice held on one engine, each shape by a one-target ShapeCycle and PLAIN pinned, then
