@@ -13,7 +13,7 @@ ran in, recorded or replayed: SPECULATING at spec_ms(bs, shape) committing bs x 
 tokens, the other modes one PLAIN step (bs tokens) of the chosen implementation
 (`plain="zero_tax"`, the adapter's default, or `"warm"`).
 
-Shapes (issue 13): a SPECULATING sample is priced at the draft shape the machine was in. The
+Shapes: a SPECULATING sample is priced at the draft shape the machine was in. The
 recorded shape starts at the launch shape (the `launch` argument, else the config line's
 `shape_states.launch`, else the first RESHAPE's shape_from, else `cost.shape`) and follows each
 RESHAPE transition's shape_to; the replayed machine is given the same launch shape and the
