@@ -24,6 +24,11 @@ def _read(paths: Sequence[str], lenient: bool = True, warn: bool = True) -> LogS
         logs = read_logs(paths)
     except OSError as exc:
         raise UsageError(f"{exc.filename}: cannot read: {exc.strerror}") from None
+    if logs.foreign:
+        raise UsageError(
+            f"{logs.foreign[0]}: not a specfsm log (no line is a specfsm.* event; specfsm writes "
+            "its log where the config key log or SPECFSM_LOG says)"
+        )
     for p in logs.truncated if warn else ():
         print(f"note: {p}", file=sys.stderr)
     if logs.problems and not lenient:

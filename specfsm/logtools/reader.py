@@ -145,6 +145,8 @@ class LogSet:
     blank: int = 0
     events: Counter[str] = attrs.Factory(Counter)
     unknown_events: Counter[str] = attrs.Factory(Counter)
+    #: inputs with lines but not one specfsm event line (another program's log)
+    foreign: list[str] = attrs.Factory(list)
 
     @property
     def skipped(self) -> int:
@@ -202,6 +204,7 @@ def _check(event: str, obj: dict[str, Any]) -> str | None:
 def read_stream(name: str, stream: Iterable[str], out: LogSet) -> None:
     """Parse the lines of one input into `out` (records, problems, counts)."""
     pending: tuple[int, str] | None = None  # a bad line: a problem unless it is the last one
+    ours = nonblank = 0  # specfsm event lines, non-blank lines
     for no, raw in enumerate(stream, 1):
         out.lines += 1
         if pending is not None:
@@ -211,6 +214,7 @@ def read_stream(name: str, stream: Iterable[str], out: LogSet) -> None:
         if not text:
             out.blank += 1
             continue
+        nonblank += 1
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -225,6 +229,7 @@ def read_stream(name: str, stream: Iterable[str], out: LogSet) -> None:
             out.problems.append(Problem(name, no, "no 'event' name (a string)"))
             continue
         out.events[event] += 1
+        ours += event.startswith("specfsm.")
         if event not in KNOWN_EVENTS and event not in CONTRACT_EVENTS:
             out.unknown_events[event] += 1
             continue
@@ -233,6 +238,8 @@ def read_stream(name: str, stream: Iterable[str], out: LogSet) -> None:
             out.problems.append(Problem(name, no, why))
             continue
         out.records.append(Record(name, no, event, obj["rank"], obj["iteration"], obj))
+    if nonblank and not ours:
+        out.foreign.append(name)
     if pending is not None:
         # the last line: a writer stopped mid-line (tolerated, counted) when it has no newline;
         # a complete bad last line is malformed like any other

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from specfsm.fsm.table import SHAPE_EVENTS, Mode
+from specfsm.logtools.ranks import Disagreement, disagreements
 from specfsm.logtools.reader import Engine, LogSet, Record, Run
 
 SWITCH_TRIGGERS = frozenset({"LOAD_HIGH", "LOAD_LOW", "FAULT"})
@@ -26,6 +27,13 @@ SWITCH_TRIGGERS = frozenset({"LOAD_HIGH", "LOAD_LOW", "FAULT"})
 SHAPE_TRIGGERS = frozenset(e.name for e in SHAPE_EVENTS)
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 MODES = [m.value for m in Mode]
+
+
+def decision_rule(data: dict[str, Any]) -> str | None:
+    """The rule that decided a transition (its line's ``decision.rule``), None when absent."""
+    decision = data.get("decision")
+    rule = decision.get("rule") if isinstance(decision, dict) else None
+    return str(rule) if isinstance(rule, (str, int)) and not isinstance(rule, bool) else None
 
 
 def reason_pattern(reason: str) -> str:
@@ -101,6 +109,8 @@ class Stats:
     #: RESHAPE transitions, and how many went to each shape (its label; "?" when not logged)
     reshapes: int = 0
     reshape_to: Counter[str] = attrs.Factory(Counter)
+    #: transitions per deciding rule (the transition line's ``decision.rule``, when logged)
+    verdicts: Counter[str] = attrs.Factory(Counter)
     longest: Dwell | None = None
     shortest: Dwell | None = None
     action_failed: list[Record] = attrs.Factory(list)
@@ -147,6 +157,9 @@ class Stats:
             key = (t.data["src"], t.data["dst"], t.data["trigger"])
             self.transitions[(*key, reason_pattern(str(t.data.get("reason", ""))))] += 1
             self.switches += t.data["trigger"] in SWITCH_TRIGGERS
+            rule = decision_rule(t.data)
+            if rule is not None:
+                self.verdicts[rule] += 1
             if t.data["trigger"] in SHAPE_TRIGGERS:
                 self.reshapes += 1
                 self.reshape_to[str(t.data.get("shape_to") or "?")] += 1
@@ -195,6 +208,7 @@ class Stats:
             "reshapes": self.reshapes,
             "reshapes_per_100_iterations": round(self.reshapes_per_100, 3),
             "reshape_to": dict(sorted(self.reshape_to.items())),
+            "verdicts_by_rule": dict(sorted(self.verdicts.items(), key=lambda x: (-x[1], x[0]))),
             "longest_dwell": dw(self.longest),
             "shortest_dwell": dw(self.shortest),
             "action_failed": [_brief(r, "action", "error") for r in self.action_failed],
@@ -222,64 +236,6 @@ def _brief(rec: Record, *keys: str) -> dict[str, Any]:
         out[k] = rec.data.get(k)
     if not keys:
         out.update({k: v for k, v in rec.data.items() if k not in ("event", "ts")})
-    return out
-
-
-@attrs.frozen
-class Disagreement:
-    """One iteration at which the ranks of one engine did different things."""
-
-    engine: str
-    run: int
-    iteration: int
-    by_rank: dict[int, str]
-
-    def __str__(self) -> str:
-        ranks = "; ".join(f"rank {r}: {v}" for r, v in sorted(self.by_rank.items()))
-        return f"{self.engine} run {self.run} iteration {self.iteration}: {ranks}"
-
-
-def _what(run: Run) -> dict[int, str]:
-    """iteration -> what the rank did there (its transitions, else its observed mode)."""
-    out: dict[int, list[str]] = {}
-    for t in run.transitions:
-        out.setdefault(t.iteration, []).append(
-            f"{t.data['src']}->{t.data['dst']} ({t.data['trigger']})"
-        )
-    done = {it: ", ".join(v) for it, v in out.items()}
-    for o in run.observations:
-        done.setdefault(o.iteration, f"in {o.data['mode']}")
-    return done
-
-
-def disagreements(engine: Engine) -> list[Disagreement]:
-    """Iterations (within every rank's logged range) where ranks' transitions or modes differ."""
-    ranks = sorted(engine.ranks)
-    if len(ranks) < 2:
-        return []
-    out: list[Disagreement] = []
-    n_runs = max(len(engine.ranks[r]) for r in ranks)
-    for i in range(n_runs):
-        runs = {r: engine.ranks[r][i] for r in ranks if i < len(engine.ranks[r])}
-        if len(runs) < 2:
-            continue
-        horizon = min(run.last_iteration for run in runs.values())
-        whats = {r: _what(run) for r, run in runs.items()}
-        # an observed mode only compares with an observed mode or a transition
-        its = sorted({it for w in whats.values() for it in w if it <= horizon})
-        for it in its:
-            seen = {r: w.get(it) for r, w in whats.items()}
-            present = {r: v for r, v in seen.items() if v is not None}
-            moved = any("->" in v for v in present.values())
-            if moved:
-                vals = {
-                    r: (v if v is not None and "->" in v else "no transition")
-                    for r, v in seen.items()
-                }
-            else:
-                vals = present
-            if len(set(vals.values())) > 1:
-                out.append(Disagreement(engine.name, i, it, vals))
     return out
 
 
@@ -357,6 +313,12 @@ def format_stats(title: str, st: Stats, max_rows: int = 12) -> list[str]:
         rest = sum(n for _, n in rows[max_rows:])
         lines.append(
             f"    {rest:6d}  ... {len(rows) - max_rows} more kinds (--max-rows to list them)"
+        )
+    if st.verdicts:
+        by = sorted(st.verdicts.items(), key=lambda x: (-x[1], x[0]))
+        lines.append(
+            f"  verdicts by rule ({sum(st.verdicts.values())} transitions with a decision): "
+            + ", ".join(f"{rule} {n}" for rule, n in by)
         )
     lines.append(f"  failed actions: {len(st.action_failed)}")
     for r in st.action_failed[:max_rows]:

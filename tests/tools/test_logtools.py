@@ -578,7 +578,7 @@ def _cost() -> Any:
 
 def test_shape_labels() -> None:
     """Shape labels as the log writes them read back, a tree's included."""
-    from specfsm.logtools.replay import shape_of
+    from specfsm.logtools.shapes import shape_of
     from specfsm.model.acceptance import DraftShape
 
     for s in (DraftShape.chain(1), DraftShape.chain(7), DraftShape(4, 2, 16), DraftShape(4, 3, 8)):
