@@ -281,7 +281,7 @@ def test_recommend_and_sglang_json(cost: CostModel) -> None:
 def test_tune_main_prints(cost: CostModel, capsys: pytest.CaptureFixture[str]) -> None:
     """`specfsm tune` prints both crossovers (as `recommend` computes them) and the SGLang JSON."""
     acc = (1 - 0.8**4) / 0.2
-    assert tune_main(["--alpha", "0.8"]) == 0
+    assert tune_main(["--table", SHARED_REF, "--alpha", "0.8"]) == 0  # the fixture's table
     out = capsys.readouterr().out
     warm, zero = recommend(cost, acc, plain="warm"), recommend(cost, acc)
     assert f"crossover bs (warm PLAIN): {warm.crossover_bs}\n" in out
