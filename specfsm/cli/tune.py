@@ -32,7 +32,6 @@ from specfsm.model.costs import (
     PLAIN_VARIANTS,
     PLAIN_WARM,
     PLAIN_ZERO_TAX,
-    CostModel,
     check_plain_variant,
     packaged_tables,
 )
@@ -41,8 +40,10 @@ from specfsm.sim.tune import (
     ShapeTable,
     accept_from_log,
     check_accept_len,
+    check_ctx,
     choice_label,
     cost_model,
+    max_measured_bs,
     plain_priced,
     recommend,
     shape_table,
@@ -264,24 +265,6 @@ def main(argv: list[str] | None = None) -> int:
                         "do not share; profile it before comparing"
                     )
     return 0
-
-
-def check_ctx(cost: CostModel, ctx: int | None) -> None:
-    """Refuse a context outside the table's measured contexts: pricing there would extrapolate
-    (a single-context table prices every ctx as its own, silently)."""
-    ctxs = cost.contexts
-    if ctx is not None and not min(ctxs) <= ctx <= max(ctxs):
-        rng = str(ctxs[0]) if len(ctxs) == 1 else f"{min(ctxs)}-{max(ctxs)}"
-        raise UsageError(
-            f"--ctx {ctx}: outside {cost.table.source}'s measured contexts ({rng}); give a table "
-            f"that measures it (a+b merges tables, e.g. {ENGINE_TABLE}+{ENGINE_TABLE}_ctx4096) "
-            "or --profile"
-        )
-
-
-def max_measured_bs(cost: CostModel) -> int:
-    """The largest batch size the target is measured at (rows above it are extrapolated)."""
-    return max(cost.table.batch_sizes(cost.target))
 
 
 def print_shape_table(table: ShapeTable) -> None:

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from specfsm.cli.args import ArgParser, UsageError, draft_shape, positive_int, require_extra
 from specfsm.cli.main import add_command
 from specfsm.logtools.reader import LogSet, read_logs
+from specfsm.model.tables import ENGINE_TABLE
 
-DEFAULT_TABLE = "h200_sglang0517_llama8b"
+#: the table measured inside SGLang, as `specfsm tune` and the goodput policy default to
+DEFAULT_TABLE = ENGINE_TABLE
 
 
 def _read(paths: Sequence[str], lenient: bool = True, warn: bool = True) -> LogSet:
@@ -119,7 +121,7 @@ def replay_main(argv: list[str]) -> int:
     from specfsm.model.acceptance import DraftShape
     from specfsm.model.costs import PLAIN_VARIANTS
     from specfsm.policy.registry import PolicySpecError, make_policy, parse_spec
-    from specfsm.sim.tune import cost_model
+    from specfsm.sim.tune import check_ctx, cost_model
 
     p = ArgParser(
         prog="specfsm logs replay",
@@ -133,7 +135,12 @@ def replay_main(argv: list[str]) -> int:
         required=True,
         help="threshold:high=32,low=8 or a JSON object (the adapter's syntax)",
     )
-    p.add_argument("--table", default=DEFAULT_TABLE, help=f"cost table (default {DEFAULT_TABLE})")
+    p.add_argument(
+        "--table",
+        default=DEFAULT_TABLE,
+        help=f"cost table: a CSV path or a packaged name; a+b merges two (e.g. "
+        f"{DEFAULT_TABLE}+{DEFAULT_TABLE}_ctx4096); default {DEFAULT_TABLE}",
+    )
     p.add_argument(
         "--shape",
         type=draft_shape,
@@ -179,6 +186,7 @@ def replay_main(argv: list[str]) -> int:
                     except (KeyError, TypeError, ValueError):
                         shape = DraftShape.chain(3)
                 cost = cost_model("--table", a.table, shape, a.ctx)
+                check_ctx(cost, a.ctx)
                 label = f"{eng.name} rank {rank} run {run.index}"
                 try:
                     res = replay(run, make_policy(spec), cost, a.accept_len, a.plain, a.shape)

@@ -27,6 +27,7 @@ from specfsm.model.costs import (
     load_table,
     overlay_table,
 )
+from specfsm.model.tables import ENGINE_TABLE
 from specfsm.policy.simple import ThresholdPolicy
 
 #: SGLang 0.5.23 DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py).
@@ -209,6 +210,24 @@ def cost_model(
         why = str(exc.strerror if isinstance(exc, OSError) and exc.filename else exc)
         # the message names the table already (load_table, parse_table, check_models)
         raise UsageError(f"{flag}: {why}" if table in why else f"{flag} {table}: {why}") from None
+
+
+def check_ctx(cost: CostModel, ctx: int | None) -> None:
+    """Refuse a context outside the table's measured contexts: pricing there would extrapolate
+    (a single-context table prices every ctx as its own, silently)."""
+    ctxs = cost.contexts
+    if ctx is not None and not min(ctxs) <= ctx <= max(ctxs):
+        rng = str(ctxs[0]) if len(ctxs) == 1 else f"{min(ctxs)}-{max(ctxs)}"
+        raise UsageError(
+            f"--ctx {ctx}: outside {cost.table.source}'s measured contexts ({rng}); give a table "
+            f"that measures it (a+b merges tables, e.g. {ENGINE_TABLE}+{ENGINE_TABLE}_ctx4096) "
+            "or --profile"
+        )
+
+
+def max_measured_bs(cost: CostModel) -> int:
+    """The largest batch size the target is measured at (rows above it are extrapolated)."""
+    return max(cost.table.batch_sizes(cost.target))
 
 
 # ------------------------------------------------------------------------------ shape table
