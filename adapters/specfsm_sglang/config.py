@@ -5,9 +5,10 @@
   SPECFSM_POLICY=threshold:high=32,low=8 a policy shorthand (wins over both)
   SPECFSM_LOG=/path/transitions.jsonl  the JSON transition log ("-" = stderr)
 
-specfsm is active in SGLang only when one of the first three is set. Keys (`Config`):
+specfsm is active in SGLang only when one of the first three is set. Keys (`Config`; the
+operator's reference is docs/config.md, checked by `specfsm config check FILE`):
   policy            a policy, built by specfsm's one registry (specfsm.policy.registry documents
-                    the names, parameters and the shorthand):
+                    the names, parameters and the shorthand, which this key takes too):
                     {"name": "threshold", "high": 32, "low": 8, "debounce": 4, "min_dwell": 16,
                      "signal": "decode_bs"}
                     {"name": "goodput", "table": "h200_sglang0517_llama8b", "shape": "chain3",
