@@ -96,6 +96,12 @@ def run_server(
     kv = srv.kv_tokens()
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
+    if not args.no_warmup:
+        # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
+        # a fresh GPU box): one unrecorded pass of the first trace absorbs it
+        first = next(iter(tr.values()))
+        client.play(first, srv.url, out / "warmup" / name, procs=args.procs)
+        say(f"{name}: warm-up pass of {first.name} done")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
     reps_of = {k: int(v) for k, _, v in (x.partition("=") for x in args.reps_of.split(",") if x)}
     try:
@@ -168,6 +174,23 @@ def main() -> int:
     ap.add_argument("--metrics-once", action="store_true", help="save /metrics once per server")
     ap.add_argument("--quick", action="store_true", help="CPU: short phases, 2 traces, 1 rep")
     ap.add_argument("--summary-only", action="store_true", help="re-summarize --out's runs")
+    ap.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        help="leave a run out of the summary: SERVER:TRACE:REP=reason (named in the header)",
+    )
+    ap.add_argument(
+        "--no-warmup", action="store_true", help="skip the unrecorded warm-up trace per server"
+    )
+    ap.add_argument(
+        "--from-log",
+        type=Path,
+        action="append",
+        default=[],
+        help="add the runs a driver log reports (a call whose runs.jsonl was lost); "
+        "implies --summary-only",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     gpu = args.bed == "gpu"
@@ -196,6 +219,15 @@ def main() -> int:
     tr = {t: all_tr[t] for t in names}
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.from_log:
+        args.summary_only = True
+        have = (out / "runs.jsonl").read_text() if (out / "runs.jsonl").exists() else ""
+        with open(out / "runs.jsonl", "a") as log:
+            for path in args.from_log:
+                for rec in summary.runs_from_log(path.read_text()):
+                    line = json.dumps(rec)
+                    if line not in have:
+                        log.write(line + "\n")
     if not args.summary_only:
         bed = Bed(args.bed, out)
         with open(out / "runs.jsonl", "a") as log:
@@ -213,7 +245,12 @@ def main() -> int:
             )
             for name in [s for s in args.servers.split(",") if s]:
                 run_server(name, args, bed, tr, out, log)
-    lines = summary.summarize(out / "runs.jsonl", tr)
+    excl = {}
+    for item in args.exclude:
+        key, _, why = item.partition("=")
+        srv, tname, rep = key.split(":")
+        excl[(srv, tname, int(rep))] = why or "excluded"
+    lines = summary.summarize(out / "runs.jsonl", tr, excl)
     (out / "serving_summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import statistics
 from collections.abc import Iterable
@@ -168,10 +169,17 @@ def _ratio_line(name: str, a: list[float], b: list[float], goal: str) -> str:
     return f"{name}: {fmt_reps(rs)} (goal {goal})"
 
 
-def summarize(runs_path: Path, traces: dict[str, Trace]) -> list[str]:
-    """The summary lines of every run recorded in ``runs_path``."""
+def summarize(
+    runs_path: Path,
+    traces: dict[str, Trace],
+    exclude: dict[tuple[str, str, int], str] | None = None,
+) -> list[str]:
+    """The summary lines of every run recorded in ``runs_path``, less the excluded
+    (server, trace, rep) runs, each named with its reason in the header."""
     out = runs_path.parent
     head, runs, servers = _load(runs_path)
+    exclude = exclude or {}
+    runs = [r for r in runs if (r["server"], r["trace"], r["rep"]) not in exclude]
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in sorted(runs, key=lambda r: r["rep"]):
         by.setdefault((r["server"], r["trace"]), []).append(r)
@@ -182,6 +190,17 @@ def summarize(runs_path: Path, traces: dict[str, Trace]) -> list[str]:
         "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
         "ratios are per repetition (same rep of both servers), then mean and spread",
     ]
+    lines += [f"# excluded: {s}:{t}:rep{r}: {why}" for (s, t, r), why in exclude.items()]
+    measured = [s for s in STATIC if any(r["server"] == s for r in runs)]
+    missing = [s for s in STATIC if s not in measured]
+    lines.append(
+        f"serve_static_servers_measured: {', '.join(measured) or 'none'}"
+        + (
+            f" (no runs: {', '.join(missing)}; best static and oracle use the measured only)"
+            if missing
+            else ""
+        )
+    )
     lost = mism = compared = 0
     for t, trace in traces.items():
         lines.append(
@@ -278,3 +297,43 @@ def summarize(runs_path: Path, traces: dict[str, Trace]) -> list[str]:
         f"serve_memory_leaks_reported: {len(leaks)}" + (f" ({', '.join(leaks)})" if leaks else "")
     )
     return lines
+
+
+_RUN = re.compile(
+    r"\] (?P<label>\S+) (?P<trace>\S+) rep(?P<rep>\d+): (?P<tok>[\d.]+) tok/s, "
+    r"(?P<fin>\d+)/(?P<req>\d+) finished, lost (?P<lost>\d+), (?P<phases>.*)$"
+)
+_UP = re.compile(r"\] (?P<server>\S+): up in (?P<s>[\d.]+) s, KV pool (?P<kv>\d+|None) tokens")
+
+
+def runs_from_log(text: str) -> list[dict[str, Any]]:
+    """The run and server records a driver log holds (its one line per run), for a run whose
+    ``runs.jsonl`` did not come back: throughput, phases, finished and lost requests only
+    (no latencies, no per-request records, so no greedy comparison)."""
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _RUN.search(line)
+        if m:
+            phases = [
+                {"phase": k, "tok_s": float(v)}
+                for k, _, v in (x.partition("=") for x in m["phases"].split())
+            ]
+            out.append(
+                {
+                    "server": m["label"],
+                    "trace": m["trace"],
+                    "rep": int(m["rep"]),
+                    "tok_s": float(m["tok"]),
+                    "finished": int(m["fin"]),
+                    "requests": int(m["req"]),
+                    "lost": int(m["lost"]),
+                    "phases": phases,
+                    "from_log": True,
+                }
+            )
+            continue
+        u = _UP.search(line)
+        if u:
+            kv = None if u["kv"] == "None" else int(u["kv"])
+            out.append({"server": u["server"], "start_s": float(u["s"]), "kv_tokens": kv})
+    return out
