@@ -20,6 +20,7 @@ reported in one line and the others still run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -148,6 +149,23 @@ def run_server(
     say(f"{name}: stopped (memory leak reported: {leak})")
 
 
+def run_url(args: argparse.Namespace, tr: dict[str, traces.Trace], out: Path, log: Any) -> None:
+    """Play the traces against a server someone else started (``--url``), as ``--label``."""
+    for rep in range(args.reps):
+        for tname, trace in tr.items():
+            rdir = out / "requests" / f"{args.label}_{tname}_rep{rep}"
+            recs = client.play(trace, args.url, rdir, procs=args.procs)
+            m = summary.metrics(trace, recs)
+            summary.save_requests(rdir, recs)
+            log.write(json.dumps({"server": args.label, "trace": tname, "rep": rep, **m}) + "\n")
+            log.flush()
+            say(
+                f"{args.label} {tname} rep{rep}: {m['tok_s']:.1f} tok/s, "
+                f"{m['finished']}/{m['requests']} finished, lost {m['lost']}, "
+                + " ".join(f"{p['phase']}={p['tok_s']:.0f}" for p in m["phases"])
+            )
+
+
 T_START = time.time()
 
 
@@ -174,6 +192,13 @@ def main() -> int:
     ap.add_argument("--metrics-once", action="store_true", help="save /metrics once per server")
     ap.add_argument("--quick", action="store_true", help="CPU: short phases, 2 traces, 1 rep")
     ap.add_argument("--summary-only", action="store_true", help="re-summarize --out's runs")
+    ap.add_argument(
+        "--url", default="", help="play the traces against this running server (no launch)"
+    )
+    ap.add_argument("--label", default="server", help="--url's name in the summary")
+    ap.add_argument(
+        "--vocab", default="", help="prompt token ids drawn from LO,HI (default: the bed's)"
+    )
     ap.add_argument(
         "--exclude",
         action="append",
@@ -217,6 +242,9 @@ def main() -> int:
             f"{', '.join(VARIANTS)})"
         )
     tr = {t: all_tr[t] for t in names}
+    if args.vocab:
+        lo, hi = (int(x) for x in args.vocab.split(","))
+        tr = {t: dataclasses.replace(x, vocab=(lo, hi)) for t, x in tr.items()}
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.from_log:
@@ -243,8 +271,11 @@ def main() -> int:
                 )
                 + "\n"
             )
-            for name in [s for s in args.servers.split(",") if s]:
-                run_server(name, args, bed, tr, out, log)
+            if args.url:
+                run_url(args, tr, out, log)
+            else:
+                for name in [s for s in args.servers.split(",") if s]:
+                    run_server(name, args, bed, tr, out, log)
     excl = {}
     for item in args.exclude:
         key, _, why = item.partition("=")
