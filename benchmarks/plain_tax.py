@@ -1,7 +1,7 @@
 """What PLAIN costs on the CPU test bed, zero-tax vs SGLang's steps=0, side by side in one run.
 
-The CPU benchmark of PLAIN's cost. Engines (the agreeing bigram target + the ``mid`` EAGLE draft, chain,
-overlap off), started one after another in this process:
+The CPU benchmark of PLAIN's cost. Engines (the agreeing bigram target + the ``mid`` EAGLE
+draft, chain, overlap off), started one after another in this process:
 
   nospec          no speculation (the decode step time PLAIN is compared with)
   zero_tax        specfsm, config plain=zero_tax: PLAIN is one target decode forward, the draft

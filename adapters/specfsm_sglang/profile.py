@@ -2,8 +2,8 @@
 engine before it serves (config ``profile``).
 
 Theory of operation. A goodput policy prices each choice from a cost table; a table measured on
-another model or GPU misprices it (0.73x the best static choice in the simulator). So, when asked, the
-engine measures itself first:
+another model or GPU misprices it (0.73x the best static choice in the simulator). So, when
+asked, the engine measures itself first:
 
 1. At the end of ``Scheduler.__init__`` (before the scheduler reports ready, so no client
    request can arrive), `StartupProfile.run` swaps the controller's policy for a

@@ -171,7 +171,8 @@ def _iter_wrap(cls) -> None:
     def run_batch(self, batch, *args, **kwargs):
         try:
             fm = batch.forward_mode
-            mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D" if fm.is_decode() else "I"
+            mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D"
+            mode = mode if fm.is_extend() or fm.is_decode() else "I"
             ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
             running = self.running_batch.batch_size() if self.running_batch is not None else 0
             free = self.token_to_kv_pool_allocator.available_size()
@@ -192,7 +193,9 @@ if _ITER:
 
     os.makedirs(_ITER, exist_ok=True)
     atexit.register(_iter_flush)
-    _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(("Scheduler", "run_batch", "iter"))
+    _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(
+        ("Scheduler", "run_batch", "iter")
+    )
 
 # ``SPECFSM_ADAPTIVE_GROW=1`` (harness only, for SGLang's own ``--speculative-adaptive`` as a
 # measured peer): 0.5.17 sizes the process-wide CUDA-graph logits buffer (GraphSharedOutput) for
