@@ -97,17 +97,17 @@ def run_server(
     kv = srv.kv_tokens()
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
-    if not args.no_warmup:
-        # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
-        # a fresh GPU box): one unrecorded pass of the first trace absorbs it
-        first = next(iter(tr.values()))
-        client.play(first, srv.url, out / "warmup" / name, procs=args.procs)
-        say(f"{name}: warm-up pass of {first.name} done")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
     reps_of = {k: int(v) for k, _, v in (x.partition("=") for x in args.reps_of.split(",") if x)}
     try:
+        if not args.no_warmup:
+            # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
+            # a fresh GPU box): one unrecorded pass of the first trace absorbs it
+            first = next(iter(tr.values()))
+            client.play(first, srv.url, out / "warmup" / name, procs=args.procs)
+            say(f"{name}: warm-up pass of {first.name} done")
         for rep in range(args.reps):
-            for tname, trace in tr.items():
+            for trace in tr.values():
                 for var in variants:
                     if rep >= reps_of.get(var or name, args.reps):
                         continue
@@ -118,21 +118,15 @@ def run_server(
                         srv.set_variant(var, json.loads(args.goodput))
                     warm(srv)
                     time.sleep(0.5)
-                    rdir = out / "requests" / f"{label}_{tname}_rep{rep}"
-                    t_wall = time.time()
-                    recs = client.play(trace, srv.url, rdir, procs=args.procs)
-                    m = summary.metrics(trace, recs)
-                    t0 = t_wall + 2.0
-                    if args.iter_trace:
-                        m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
-                    summary.save_requests(rdir, recs)
-                    rec = {"server": label, "trace": tname, "rep": rep, **m}
-                    log.write(json.dumps(rec) + "\n")
-                    log.flush()
-                    say(
-                        f"{label} {tname} rep{rep}: {m['tok_s']:.1f} tok/s, "
-                        f"{m['finished']}/{m['requests']} finished, lost {m['lost']}, "
-                        + " ".join(f"{p['phase']}={p['tok_s']:.0f}" for p in m["phases"])
+                    play_run(
+                        args,
+                        trace,
+                        srv.url,
+                        label,
+                        rep,
+                        out,
+                        log,
+                        it_dir if args.iter_trace else None,
                     )
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
                         (out / "metrics").mkdir(exist_ok=True)
@@ -149,21 +143,39 @@ def run_server(
     say(f"{name}: stopped (memory leak reported: {leak})")
 
 
+def play_run(
+    args: argparse.Namespace,
+    trace: traces.Trace,
+    url: str,
+    label: str,
+    rep: int,
+    out: Path,
+    log: Any,
+    it_dir: Path | None = None,
+) -> None:
+    """One run: play ``trace`` against ``url``, record it in ``runs.jsonl`` (with the
+    iterations of its window when ``it_dir`` holds per-iteration traces), one line on stdout
+    (the line ``--from-log`` reads back)."""
+    rdir = out / "requests" / f"{label}_{trace.name}_rep{rep}"
+    t0, recs = client.play(trace, url, rdir, procs=args.procs)
+    m = summary.metrics(trace, recs)
+    if it_dir is not None:
+        m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
+    summary.save_requests(rdir, recs)
+    log.write(json.dumps({"server": label, "trace": trace.name, "rep": rep, **m}) + "\n")
+    log.flush()
+    say(
+        f"{label} {trace.name} rep{rep}: {m['tok_s']:.1f} tok/s, "
+        f"{m['finished']}/{m['requests']} finished, lost {m['lost']}, "
+        + " ".join(f"{p['phase']}={p['tok_s']:.0f}" for p in m["phases"])
+    )
+
+
 def run_url(args: argparse.Namespace, tr: dict[str, traces.Trace], out: Path, log: Any) -> None:
     """Play the traces against a server someone else started (``--url``), as ``--label``."""
     for rep in range(args.reps):
-        for tname, trace in tr.items():
-            rdir = out / "requests" / f"{args.label}_{tname}_rep{rep}"
-            recs = client.play(trace, args.url, rdir, procs=args.procs)
-            m = summary.metrics(trace, recs)
-            summary.save_requests(rdir, recs)
-            log.write(json.dumps({"server": args.label, "trace": tname, "rep": rep, **m}) + "\n")
-            log.flush()
-            say(
-                f"{args.label} {tname} rep{rep}: {m['tok_s']:.1f} tok/s, "
-                f"{m['finished']}/{m['requests']} finished, lost {m['lost']}, "
-                + " ".join(f"{p['phase']}={p['tok_s']:.0f}" for p in m["phases"])
-            )
+        for trace in tr.values():
+            play_run(args, trace, args.url, args.label, rep, out, log)
 
 
 T_START = time.time()

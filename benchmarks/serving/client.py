@@ -191,9 +191,12 @@ def _worker(
             fh.write(json.dumps(r) + "\n")
 
 
-def play(trace: Trace, url: str, out_dir: Path, procs: int = 4) -> list[dict[str, Any]]:
-    """Play ``trace`` against ``url`` with ``procs`` client processes; every request's record
-    (also written to ``out_dir/requests-<rank>.jsonl``), times in seconds from the start."""
+def play(
+    trace: Trace, url: str, out_dir: Path, procs: int = 4
+) -> tuple[float, list[dict[str, Any]]]:
+    """Play ``trace`` against ``url`` with ``procs`` client processes: the wall-clock start
+    (``time.time()``) and every request's record (also written to
+    ``out_dir/requests-<rank>.jsonl``), times in seconds from that start."""
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
@@ -213,4 +216,4 @@ def play(trace: Trace, url: str, out_dir: Path, procs: int = 4) -> list[dict[str
             raise RuntimeError(f"client process {r} exited with {ps[r].exitcode}")
         with open(path) as fh:
             recs.extend(json.loads(line) for line in fh if line.strip())
-    return sorted(recs, key=lambda r: r["k"])
+    return t0, sorted(recs, key=lambda r: r["k"])

@@ -51,17 +51,23 @@ def lost(r: dict[str, Any]) -> bool:
     return True
 
 
+def _latencies(done: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """TTFT and TPOT (ms) of finished requests."""
+    ttft = [1e3 * (r["t_first"] - r["t_send"]) for r in done if "t_first" in r]
+    tpot = [
+        1e3 * (r["t_last"] - r["t_first"]) / (r["tokens"] - 1)
+        for r in done
+        if r["tokens"] > 1 and "t_first" in r
+    ]
+    return ttft, tpot
+
+
 def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per phase and overall: tok/s, finished requests, TTFT / TPOT p50 / p99 (ms)."""
     phases = []
     for i, (p, (a, b)) in enumerate(zip(trace.phases, trace.phase_bounds(), strict=True)):
         mine = [r for r in recs if r["phase"] == i and r["status"] == "done"]
-        ttft = [1e3 * (r["t_first"] - r["t_send"]) for r in mine if "t_first" in r]
-        tpot = [
-            1e3 * (r["t_last"] - r["t_first"]) / (r["tokens"] - 1)
-            for r in mine
-            if r["tokens"] > 1 and "t_first" in r
-        ]
+        ttft, tpot = _latencies(mine)
         phases.append(
             {
                 "phase": p.label(),
@@ -75,12 +81,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
         )
     end = max((r["t_end"] for r in recs), default=trace.seconds)
     done = [r for r in recs if r["status"] == "done"]
-    ttft_all = [1e3 * (r["t_first"] - r["t_send"]) for r in done if "t_first" in r]
-    tpot_all = [
-        1e3 * (r["t_last"] - r["t_first"]) / (r["tokens"] - 1)
-        for r in done
-        if r["tokens"] > 1 and "t_first" in r
-    ]
+    ttft_all, tpot_all = _latencies(done)
     return {
         "ttft_p50_ms": _pct(ttft_all, 0.5),
         "ttft_p99_ms": _pct(ttft_all, 0.99),
