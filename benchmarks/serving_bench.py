@@ -33,7 +33,7 @@ import client
 import iters
 import summary
 import traces
-from servers import SERVERS, VARIANTS, Bed, Server
+from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
 # accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4)
 GPU_GOODPUT = {
@@ -85,7 +85,9 @@ def run_server(
     cfg = fsm_config(args, out) if name == "specfsm" else None
     srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
     it_dir = out / "iters" / name
+    pf_dir = out / "prefill" / name
     bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
+    bed.env["SPECFSM_PREFILL_TIMING"] = str(pf_dir) if args.iter_trace and args.bed == "gpu" else ""
     say(f"{name}: starting ({' '.join(srv.argv()[3:])})")
     try:
         srv.start(args.start_timeout)
@@ -102,8 +104,10 @@ def run_server(
     try:
         if not args.no_warmup:
             # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
-            # a fresh GPU box): one unrecorded pass of the first trace absorbs it
+            # a fresh GPU box): one unrecorded pass of the first trace (phases of at most 3 s) absorbs it
             first = next(iter(tr.values()))
+            short = tuple(dataclasses.replace(p, seconds=min(p.seconds, 3.0)) for p in first.phases)
+            first = dataclasses.replace(first, phases=short)
             client.play(first, srv.url, out / "warmup" / name, procs=args.procs)
             say(f"{name}: warm-up pass of {first.name} done")
         for rep in range(args.reps):
@@ -118,6 +122,8 @@ def run_server(
                         srv.set_variant(var, json.loads(args.goodput))
                     warm(srv)
                     time.sleep(0.5)
+                    if not srv.flush_cache():
+                        say(f"{name}: /flush_cache refused for 60 s; the run starts warm")
                     play_run(
                         args,
                         trace,
@@ -127,7 +133,9 @@ def run_server(
                         out,
                         log,
                         it_dir if args.iter_trace else None,
+                        pf_dir,
                     )
+                    mirror(args, out)
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
                         (out / "metrics").mkdir(exist_ok=True)
                         (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
@@ -152,6 +160,7 @@ def play_run(
     out: Path,
     log: Any,
     it_dir: Path | None = None,
+    pf_dir: Path | None = None,
 ) -> None:
     """One run: play ``trace`` against ``url``, record it in ``runs.jsonl`` (with the
     iterations of its window when ``it_dir`` holds per-iteration traces), one line on stdout
@@ -161,6 +170,8 @@ def play_run(
     m = summary.metrics(trace, recs)
     if it_dir is not None:
         m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
+    if pf_dir is not None and pf_dir.exists():
+        m["prefill_gpu"] = iters.prefill_window(pf_dir, t0, t0 + trace.seconds)
     summary.save_requests(rdir, recs)
     log.write(json.dumps({"server": label, "trace": trace.name, "rep": rep, **m}) + "\n")
     log.flush()
@@ -171,11 +182,32 @@ def play_run(
     )
 
 
+def mirror(args: argparse.Namespace, out: Path) -> None:
+    """Copy what is recorded so far to ``--mirror`` (runs.jsonl and a tarball of the rest), so
+    a call cut at its time limit still brings back every finished run."""
+    if args.mirror is None:
+        return
+    import shutil
+    import tarfile
+
+    args.mirror.mkdir(parents=True, exist_ok=True)
+    shutil.copy(out / "runs.jsonl", args.mirror / "runs.jsonl")
+    tmp = args.mirror / "serving_results.tgz.tmp"
+    with tarfile.open(tmp, "w:gz") as tf:
+        for sub in ("requests", "iters", "prefill", "specfsm", "metrics", "logs"):
+            if (out / sub).exists():
+                tf.add(out / sub, arcname=sub)
+    tmp.replace(args.mirror / "serving_results.tgz")
+
+
 def run_url(args: argparse.Namespace, tr: dict[str, traces.Trace], out: Path, log: Any) -> None:
     """Play the traces against a server someone else started (``--url``), as ``--label``."""
     for rep in range(args.reps):
         for trace in tr.values():
+            if not flush_cache(args.url):
+                say(f"{args.url}: /flush_cache refused for 60 s; the run starts warm")
             play_run(args, trace, args.url, args.label, rep, out, log)
+            mirror(args, out)
 
 
 T_START = time.time()
@@ -227,6 +259,9 @@ def main() -> int:
         default=[],
         help="add the runs a driver log reports (a call whose runs.jsonl was lost); "
         "implies --summary-only",
+    )
+    ap.add_argument(
+        "--mirror", type=Path, default=None, help="copy the results here after every run"
     )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()

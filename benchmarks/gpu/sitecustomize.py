@@ -140,6 +140,8 @@ class _Finder(importlib.abc.MetaPathFinder):
                         _iter_wrap(cls)
                     elif kind == "adaptive":
                         _adaptive_wrap(cls)
+                    elif kind.startswith("prefill_"):
+                        _prefill_wrap(cls, meth, kind[len("prefill_"):])
                     else:
                         _wrap(cls, meth, kind)
                 else:
@@ -197,6 +199,113 @@ if _ITER:
         ("Scheduler", "run_batch", "iter")
     )
 
+# ``SPECFSM_PREFILL_TIMING=<dir>``: GPU time of each prefill piece, from CUDA events (no
+# synchronize: an event pair is read once the GPU passed its end, so overlap is untouched).
+# Stages: ``target`` (TpModelWorker.forward_batch_generation on an extend batch: the target
+# prefill, with the hidden-state capture a speculative server asks for) and ``draft``
+# (EagleDraftWorker._draft_extend_for_prefill: the draft's prefill over the same tokens).
+# One record per piece: [wall time at launch, stage, extend tokens, bs, GPU ms, specfsm mode].
+#
+# ``SPECFSM_SKIP_DRAFT_PREFILL=<flag file>`` (harness only, a measurement of what deferring
+# the draft prefill can save at most): while the flag file exists and specfsm's mode is PLAIN,
+# _draft_extend_for_prefill returns shape-valid zeros without running the draft (what PLAIN
+# relays anyway). Outputs stay exact (PLAIN never reads the draft); the draft KV of those
+# prompts is left unwritten, so it is for pinned-PLAIN runs only.
+_PREFILL = os.environ.get("SPECFSM_PREFILL_TIMING")
+_SKIP_FLAG = os.environ.get("SPECFSM_SKIP_DRAFT_PREFILL")
+_PF_PENDING: list = []
+_PF_BUF: list = []
+
+
+def _spec_mode():
+    try:
+        mod = sys.modules.get("specfsm_sglang.hooks")
+        ctl = mod.controller() if mod is not None else None
+        return ctl.fsm.mode.value if ctl is not None else None
+    except Exception:
+        return None
+
+
+def _pf_flush(force: bool = False) -> None:
+    keep = []
+    for rec, ev0, ev1 in _PF_PENDING:
+        if force or ev1.query():
+            if force:
+                ev1.synchronize()
+            _PF_BUF.append([*rec[:4], round(ev0.elapsed_time(ev1), 4), rec[4]])
+        else:
+            keep.append((rec, ev0, ev1))
+    _PF_PENDING[:] = keep
+    if _PF_BUF and (force or len(_PF_BUF) >= 64):
+        with open(os.path.join(_PREFILL, f"prefill-{os.getpid()}.jsonl"), "a") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in _PF_BUF))
+        _PF_BUF.clear()
+
+
+def _prefill_wrap(cls, name: str, stage: str) -> None:
+    orig = getattr(cls, name)
+
+    def wrapped(*args, **kwargs):
+        batch = kwargs.get("batch", args[1] if len(args) > 1 else None)
+        fm = getattr(batch, "forward_mode", None)
+        if batch is None or fm is None or not fm.is_extend():
+            return orig(*args, **kwargs)
+        mode = _spec_mode()
+        if stage == "draft" and _SKIP_FLAG and mode == "PLAIN" and os.path.exists(_SKIP_FLAG):
+            return _zero_draft_input(args[0], batch, *args[2:4])
+        if not _PREFILL:
+            return orig(*args, **kwargs)
+        import torch
+
+        try:
+            ev0 = torch.cuda.Event(enable_timing=True)
+            ev1 = torch.cuda.Event(enable_timing=True)
+            rec = [round(time.time(), 5), stage, int(getattr(batch, "extend_num_tokens", 0) or 0),
+                   int(batch.batch_size()), mode]
+            ev0.record()
+        except Exception:
+            return orig(*args, **kwargs)
+        out = orig(*args, **kwargs)
+        ev1.record()
+        _PF_PENDING.append((rec, ev0, ev1))
+        _pf_flush()
+        return out
+
+    wrapped.__wrapped__ = orig
+    setattr(cls, name, wrapped)
+
+
+def _zero_draft_input(draft_worker, batch, hidden, next_token_ids):
+    """What PLAIN relays after its own steps: the bonus tokens and shape-valid zero drafts."""
+    import torch
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+    bs = int(batch.batch_size())
+    dev = next_token_ids.device
+    topk = int(getattr(draft_worker, "topk", 1))
+    width = int(hidden.shape[-1]) if hidden is not None else 0
+    return EagleDraftInput(
+        topk_p=torch.zeros((bs, topk), dtype=torch.float32, device=dev),
+        topk_index=torch.zeros((bs, topk), dtype=torch.int64, device=dev),
+        hidden_states=torch.zeros((bs, width), dtype=hidden.dtype, device=dev)
+        if hidden is not None else None,
+        bonus_tokens=next_token_ids,
+        num_tokens_per_req=1,
+        num_tokens_for_logprob_per_req=1,
+    )
+
+
+if _PREFILL or _SKIP_FLAG:
+    import atexit
+
+    if _PREFILL:
+        os.makedirs(_PREFILL, exist_ok=True)
+        atexit.register(lambda: _pf_flush(force=True))
+        _TARGETS.setdefault("sglang.srt.managers.tp_worker", []).append(
+            ("TpModelWorker", "forward_batch_generation", "prefill_target"))
+    _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
+        ("EagleDraftWorker", "_draft_extend_for_prefill", "prefill_draft"))
+
 # ``SPECFSM_ADAPTIVE_GROW=1`` (harness only, for SGLang's own ``--speculative-adaptive`` as a
 # measured peer): 0.5.17 sizes the process-wide CUDA-graph logits buffer (GraphSharedOutput) for
 # the launch shape, so building the adaptive states of more steps fails at start ("shared
@@ -239,7 +348,7 @@ if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
         ("EAGLEWorkerV2", "build_adaptive_runtime_state", "adaptive"))
 
-if _FILE or _ITER or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
+if _FILE or _ITER or _PREFILL or _SKIP_FLAG or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     sys.meta_path.insert(0, _Finder())
 if os.environ.get("SPECFSM_AGREE"):  # bigram target + agreeing draft (agree_weights.py, copied
     __import__("agree_weights").install_hook()  # next to this file by run_on_device.sh)

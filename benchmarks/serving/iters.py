@@ -55,3 +55,26 @@ def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
     out["free_kv_min"] = min(r[6] for r in rows)
     out["span_s"] = round(span, 3)
     return out
+
+
+def prefill_window(folder: Path, t0: float, t1: float) -> dict[str, Any]:
+    """GPU time of the prefill pieces launched in [t0, t1) (``SPECFSM_PREFILL_TIMING``
+    records: [t, stage, tokens, bs, ms, mode]), per stage and specfsm mode."""
+    out: dict[str, Any] = {}
+    for f in sorted(folder.glob("prefill-*.jsonl")):
+        with open(f) as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                t, stage, tok, _bs, ms, mode = json.loads(line)
+                if not t0 <= t < t1:
+                    continue
+                key = f"{stage}@{mode}" if mode else stage
+                a = out.setdefault(key, {"n": 0, "tokens": 0, "ms": 0.0})
+                a["n"] += 1
+                a["tokens"] += tok
+                a["ms"] += ms
+    for a in out.values():
+        a["ms"] = round(a["ms"], 2)
+        a["us_per_token"] = round(1e3 * a["ms"] / a["tokens"], 3) if a["tokens"] else None
+    return out

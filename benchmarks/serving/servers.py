@@ -8,7 +8,9 @@ Servers (``--servers``):
 - ``specfsm``: the same EAGLE server with the specfsm plugin, launched with the goodput policy
   and the start-up profile; its *variants* are set through specfsm's control file between runs,
   on the one server: ``goodput`` (as launched), ``plain`` (pinned PLAIN), ``spec`` (pinned
-  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy);
+  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and, on the GPU
+  bed, ``plain_nodraft`` (pinned PLAIN with the draft's prefill skipped by the harness switch
+  in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most);
 - ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1).
 
 Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
@@ -36,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("nospec", "eagle", "specfsm", "adaptive")
-VARIANTS = ("goodput", "plain", "spec", "example")
+VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft")
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
@@ -64,6 +66,22 @@ def flags(args: dict[str, Any]) -> list[str]:
     return out
 
 
+def flush_cache(url: str, timeout_s: float = 60.0) -> bool:
+    """Empty the server's radix cache (``/flush_cache``; refused while requests run, so
+    retried): every run starts from the same cold cache, whatever ran before on the server."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            req = urllib.request.Request(url + "/flush_cache", data=b"", method="POST")
+            with urllib.request.urlopen(req, timeout=30) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def example_policy() -> dict[str, Any]:
     return dict(json.loads(EXAMPLE.read_text())["policy"])
 
@@ -75,6 +93,11 @@ class Bed:
     name: str
     work: Path  # per-run files: configs, control files, logs
     env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def skip_flag(self) -> Path:
+        """The harness switch of the ``plain_nodraft`` variant (exists while it runs)."""
+        return self.work / "skip_draft_prefill"
 
     def engine_args(self, server: str) -> dict[str, Any]:
         if self.name == "cpu":
@@ -121,7 +144,9 @@ class Bed:
                 {"SPECFSM_SGLANG_CPU": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
             )
             env["SGLANG_PLUGINS"] = "specfsm_cpu,specfsm" if server == "specfsm" else "specfsm_cpu"
-            if env.get("SPECFSM_ITER_TRACE"):
+            if server == "specfsm":
+                env["SPECFSM_SKIP_DRAFT_PREFILL"] = str(self.skip_flag)
+            if env.get("SPECFSM_ITER_TRACE") or server == "specfsm":
                 hook = self.work / "hook"
                 hook.mkdir(parents=True, exist_ok=True)
                 shutil.copy(ROOT / "benchmarks" / "gpu" / "sitecustomize.py", hook)
@@ -137,6 +162,7 @@ class Bed:
             if server == "specfsm":
                 path = env.get("SERVING_PATH_PLUGIN", path)
                 env["SGLANG_PLUGINS"] = "specfsm"
+                env["SPECFSM_SKIP_DRAFT_PREFILL"] = str(self.skip_flag)
             env["PYTHONPATH"] = path
         return env
 
@@ -222,7 +248,11 @@ class Server:
         """Set the specfsm server's variant through its control file (applied within
         ``control_every`` iterations; the caller waits before the trace)."""
         change: dict[str, Any]
-        if variant == "plain":
+        self.bed.skip_flag.unlink(missing_ok=True)
+        if variant == "plain_nodraft":
+            self.bed.skip_flag.write_text("")
+            change = {"pin": "PLAIN"}
+        elif variant == "plain":
             change = {"pin": "PLAIN"}
         elif variant == "spec":
             change = {"pin": "SPECULATING"}
@@ -235,6 +265,9 @@ class Server:
         tmp = self.control_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(change))
         os.replace(tmp, self.control_path)
+
+    def flush_cache(self, timeout_s: float = 60.0) -> bool:
+        return flush_cache(self.url, timeout_s)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
