@@ -12,6 +12,7 @@ from specfsm.cli.args import (
     MissingExtra,
     UsageError,
     accept_len,
+    add_command,
     draft_shape,
     nonnegative_int,
     positive_float,
@@ -21,7 +22,7 @@ from specfsm.cli.args import (
     probability,
     require_extra,
 )
-from specfsm.cli.main import ENTRY_POINT_GROUP, add_command, main
+from specfsm.cli.main import ENTRY_POINT_GROUP, main
 
 __all__ = [
     "ENTRY_POINT_GROUP",

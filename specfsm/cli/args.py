@@ -1,5 +1,7 @@
-"""What every `specfsm` subcommand shares: the parser that fails in one line, and the argparse
-`type=` converters that name the value and what was expected."""
+"""What every `specfsm` subcommand shares: how it is added to the command (`add_command`), the
+parser that fails in one line, and the argparse `type=` converters that name the value and what
+was expected. Subcommand modules import from here, never from `specfsm.cli.main` (which imports
+them to build the command)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from specfsm.model.acceptance import DraftShape, parse_shape
 __all__ = [
     "ArgParser",
     "MissingExtra",
+    "Register",
+    "Run",
     "UsageError",
     "accept_len",
+    "add_command",
     "draft_shape",
     "nonnegative_int",
     "positive_float",
@@ -25,6 +30,21 @@ __all__ = [
     "probability",
     "require_extra",
 ]
+
+
+Run = Callable[[list[str]], int]
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def add_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    run: Run,
+) -> None:
+    """Add subcommand `name`: `run(argv)` parses and runs it (its own ArgParser, its own --help)."""
+    sub = subparsers.add_parser(name, help=help, add_help=False)
+    sub.set_defaults(run=run)
 
 
 class ArgParser(argparse.ArgumentParser):

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import cast
 
-from specfsm.cli.args import ArgParser, UsageError
-from specfsm.cli.main import add_command
+from specfsm.cli.args import ArgParser, UsageError, add_command
 
 CONFIG_ENTRY_POINT_GROUP = "specfsm.config"
 CheckFile = Callable[[str, list[str]], list[str]]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specfsm.cli.args import ArgParser, UsageError
-from specfsm.cli.main import add_command
+from specfsm.cli.args import ArgParser, UsageError, add_command
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,28 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, cast
 
 from specfsm._extras import UsageError
+from specfsm.cli.args import Register, Run, add_command
 
 #: Entry-point group of subcommands contributed by other distributions.
 ENTRY_POINT_GROUP = "specfsm.cli"
-
-Run = Callable[[list[str]], int]
-Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-
-
-def add_command(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
-    name: str,
-    help: str,
-    run: Run,
-) -> None:
-    """Add subcommand `name`: `run(argv)` parses and runs it (its own ArgParser, its own --help)."""
-    sub = subparsers.add_parser(name, help=help, add_help=False)
-    sub.set_defaults(run=run)
 
 
 def _core_commands() -> list[Register]:

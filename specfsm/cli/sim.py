@@ -17,6 +17,7 @@ from functools import partial
 from specfsm.cli.args import (
     ArgParser,
     UsageError,
+    add_command,
     draft_shape,
     nonnegative_int,
     positive_float,
@@ -26,7 +27,6 @@ from specfsm.cli.args import (
     probability,
     require_extra,
 )
-from specfsm.cli.main import add_command
 from specfsm.cli.tune import plain_variant
 from specfsm.model.acceptance import (
     NAMED_SHAPES,

@@ -15,11 +15,11 @@ from specfsm.cli.args import (
     ArgParser,
     UsageError,
     accept_len,
+    add_command,
     draft_shape,
     positive_int,
     probability,
 )
-from specfsm.cli.main import add_command
 from specfsm.model.acceptance import (
     NAMED_SHAPES,
     DraftShape,

@@ -9,8 +9,7 @@ import argparse
 import sys
 from typing import IO
 
-from specfsm.cli.args import ArgParser
-from specfsm.cli.main import add_command
+from specfsm.cli.args import ArgParser, add_command
 from specfsm.fsm.log import TransitionLog, json_logger
 from specfsm.fsm.machine import SpecFSM, TransitionRecord
 from specfsm.fsm.observation import Observation

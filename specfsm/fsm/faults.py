@@ -12,15 +12,29 @@ the safe mode PLAIN, and `step` returns Event.FAULT (the reason, a `PolicyError`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from specfsm.fsm.decision import FixedPolicy, policy_name
+from specfsm.fsm.decision import FixedPolicy, Policy, policy_name
 from specfsm.fsm.errors import PolicyError
+from specfsm.fsm.log import TransitionLog
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import POLICY_EVENTS, Event, Mode
 
-if TYPE_CHECKING:
-    from specfsm.fsm.machine import SpecFSM
+
+class Faultable(Protocol):
+    """What a policy fault reads and moves on the machine (`SpecFSM` is one): named here so
+    that the machine imports this module and not the other way round."""
+
+    _policy: Policy
+    _strikes: int
+    policy_faults: int
+    max_policy_faults: int
+    last_policy_error: PolicyError | None
+    log: TransitionLog
+
+    def process_event(
+        self, event: Event, obs: Observation | None = None, reason: str = ""
+    ) -> Mode: ...
 
 
 def policy_fault_detail(mode: Mode, exc: BaseException | None, value: object) -> str:
@@ -38,7 +52,7 @@ def policy_fault_detail(mode: Mode, exc: BaseException | None, value: object) ->
 
 
 def fault_policy(
-    fsm: SpecFSM,
+    fsm: Faultable,
     obs: Observation,
     mode: Mode,
     exc: Exception | None,

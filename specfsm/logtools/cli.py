@@ -10,8 +10,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from specfsm.cli.args import ArgParser, UsageError, draft_shape, positive_int, require_extra
-from specfsm.cli.main import add_command
+from specfsm.cli.args import (
+    ArgParser,
+    UsageError,
+    add_command,
+    draft_shape,
+    positive_int,
+    require_extra,
+)
 from specfsm.logtools.reader import LogSet, read_logs
 from specfsm.model.tables import ENGINE_TABLE
 

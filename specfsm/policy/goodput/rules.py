@@ -2,8 +2,8 @@
 
 Each rule is ``(ctx, estimate, ledger, mode, obs) -> Verdict | HOLD | None``: a Verdict (an
 event, with its numbers), HOLD (the rule claims the iteration and nothing is due: later rules
-are not asked), or None (the next rule is asked). `ctx` is the policy (its parameters, its
-estimator, the current shape's index `cur`).
+are not asked), or None (the next rule is asked). `ctx` is the policy, seen as a
+`RuleContext` (its parameters, its estimator, its ledger, the current shape's index `cur`).
 
 In PLAIN:
 
@@ -53,18 +53,27 @@ Without shapes (on/off of the launch shape, the accept-length EMA): ``onoff-spec
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from specfsm.fsm.kinds import PlainVariant, StepKind
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import TOWARD, Event, Mode
 from specfsm.fsm.verdict import OPTIMISTIC, POINT, PRIOR, UPPER, Verdict
-from specfsm.policy.goodput.estimator import Estimate
+from specfsm.policy.goodput.estimator import Estimate, Estimator
 from specfsm.policy.goodput.ledger import Ledger
 from specfsm.policy.goodput.objective import beats, best, catchup_lag, catchup_pays
+from specfsm.policy.goodput.params import GoodputParams
 
-if TYPE_CHECKING:
-    from specfsm.policy.goodput.policy import GoodputPolicy
+
+class RuleContext(Protocol):
+    """What a rule reads and moves: the parameters, the estimator, the ledger and the index of
+    the current shape (a rule that RESHAPEs moves `cur`). `GoodputPolicy` is one; the rules
+    name only this, so the policy module imports them and not the other way round."""
+
+    params: GoodputParams
+    est: Estimator
+    ledger: Ledger
+    cur: int
 
 
 class _Hold:
@@ -76,12 +85,12 @@ class _Hold:
 
 HOLD: Final = _Hold()
 Outcome = Verdict | _Hold | None
-Rule = Callable[["GoodputPolicy", Estimate, Ledger, Mode, Observation], Outcome]
+Rule = Callable[[RuleContext, Estimate, Ledger, Mode, Observation], Outcome]
 
 _SPEC = StepKind.SPEC
 
 
-def _pays(p: GoodputPolicy, e: Estimate, it: int, off: float, ms: float, acc: float) -> bool:
+def _pays(p: RuleContext, e: Estimate, it: int, off: float, ms: float, acc: float) -> bool:
     """With zero-tax PLAIN: leaving it pays its catch-up (always with warm PLAIN)."""
     if p.params.plain is PlainVariant.WARM:
         return True
@@ -90,7 +99,7 @@ def _pays(p: GoodputPolicy, e: Estimate, it: int, off: float, ms: float, acc: fl
 
 
 def _verdict(
-    p: GoodputPolicy,
+    p: RuleContext,
     e: Estimate,
     event: Event,
     rule: str,
@@ -121,7 +130,7 @@ def _verdict(
 
 
 # ---------------------------------------------------------------------------------- PLAIN
-def speculate(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     prm, est, it = p.params, p.est, obs.iteration
     cands = est.cands
     ms = e.opt_ms  # never-measured shapes priced optimistically
@@ -159,7 +168,7 @@ def speculate(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observa
     return _verdict(p, e, ev, rule, reason, acc=acc, ms=ms, bound=bound, margin=margin, chosen=ib)
 
 
-def reprobe(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def reprobe(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     prm, est, it = p.params, p.est, obs.iteration
     if not (
         prm.reprobe_after
@@ -199,7 +208,7 @@ def reprobe(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observati
 
 
 # ------------------------------------------------------------------ SPECULATING, RESYNCING
-def probe_shape(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def probe_shape(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     probe = L.probe_shape
     if probe is None:
         return None
@@ -219,7 +228,7 @@ def probe_shape(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Obser
     return v
 
 
-def reprobe_run(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def reprobe_run(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     if not L.reprobing:
         return None
     prm, est, it = p.params, p.est, obs.iteration
@@ -261,7 +270,7 @@ def reprobe_run(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Obser
     )  # fmt: skip
 
 
-def plain(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def plain(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     prm, est, it, cur = p.params, p.est, obs.iteration, p.cur
     cal = est.calibration
     cands = est.cands
@@ -302,7 +311,7 @@ def plain(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation
     )  # fmt: skip
 
 
-def reshape(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def reshape(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     prm, est, it, cur = p.params, p.est, obs.iteration, p.cur
     now = e.tok_s(cur)
     if e.opt_ms is not e.spec_ms:  # the choice among shapes: never-measured shapes optimistic
@@ -344,7 +353,7 @@ def reshape(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observati
 
 
 # --------------------------------------------------------------------------------- on/off
-def onoff(p: GoodputPolicy, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
+def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     """The launch shape against PLAIN at the accept-length EMA."""
     prm, est = p.params, p.est
     acc = est.ema_accept_len
@@ -396,4 +405,13 @@ RULE_NAMES = (
     "onoff-speculate",
     "onoff-plain",
 )
-__all__ = ["HOLD", "ONOFF_RULES", "PRIOR", "RULE_NAMES", "SHAPE_RULES", "Outcome", "Rule"]
+__all__ = [
+    "HOLD",
+    "ONOFF_RULES",
+    "PRIOR",
+    "RULE_NAMES",
+    "SHAPE_RULES",
+    "Outcome",
+    "Rule",
+    "RuleContext",
+]
