@@ -15,6 +15,7 @@ from specfsm.fsm.machine import SpecFSM, TransitionRecord
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.fsm.testing import RecordingActions
+from specfsm.fsm.verdict import Verdict, rule_verdict
 from specfsm.model.acceptance import DraftShape
 from specfsm.policy.simple import ThresholdPolicy
 
@@ -29,7 +30,8 @@ GLYPH = {Mode.SPECULATING: "S", Mode.DRAINING: "d", Mode.PLAIN: ".", Mode.RESYNC
 class LoadShapePolicy:
     """On/off from a ThresholdPolicy; inside SPECULATING, RESHAPE to the shallow shape once the
     decode batch stays above `above` for `debounce` iterations, back to the deep one once it
-    stays at or below it (the shape is kept across PLAIN)."""
+    stays at or below it (the shape is kept across PLAIN). Its RESHAPE verdicts are rules
+    ``walkthrough.shallow`` / ``walkthrough.deep`` on decode_bs against `above`."""
 
     def __init__(self, onoff: ThresholdPolicy, above: int = SHALLOW_ABOVE, debounce: int = 4):
         self.onoff = onoff
@@ -39,21 +41,33 @@ class LoadShapePolicy:
         self.last_reason = ""
         self._streak = 0
 
-    def decide(self, mode: Mode, obs: Observation) -> Event | None:
-        ev = self.onoff.decide(mode, obs)
-        if ev is not None or mode is not Mode.SPECULATING:
+    def decide(self, mode: Mode, obs: Observation) -> Verdict | None:
+        v = self.onoff.decide(mode, obs)
+        if v is not None or mode is not Mode.SPECULATING:
             self.last_reason = self.onoff.last_reason
             self._streak = 0
-            return ev
-        want = SHALLOW if obs.decode_bs > self.above else DEEP
+            return v
+        bs = obs.decode_bs
+        shallow = bs > self.above
+        want = SHALLOW if shallow else DEEP
         self._streak = self._streak + 1 if want != obs.shape else 0
         if self._streak < self.debounce:
             return None
         self._streak = 0
         self.next_shape = want
-        cmp = ">" if want == SHALLOW else "<="
-        self.last_reason = f"decode_bs={obs.decode_bs} {cmp} {self.above}: {want.label()}"
-        return Event.RESHAPE
+        cmp = ">" if shallow else "<="
+        self.last_reason = reason = f"decode_bs={bs} {cmp} {self.above}: {want.label()}"
+        return rule_verdict(
+            Event.RESHAPE,
+            "walkthrough.shallow" if shallow else "walkthrough.deep",
+            reason,
+            obs,
+            shape=want,
+            signal="decode_bs",
+            observed=bs,
+            threshold=self.above,
+            margin=bs - self.above if shallow else self.above - bs,
+        )
 
     def describe(self) -> dict[str, object]:
         return {

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import TOWARD, Event, Mode
-from specfsm.fsm.verdict import Verdict
+from specfsm.fsm.verdict import Verdict, rule_verdict
 
 
 @runtime_checkable
@@ -38,13 +38,16 @@ class FixedPolicy:
     def __init__(self, speculate: bool) -> None:
         self.speculate = bool(speculate)
         self._target = Mode.SPECULATING if self.speculate else Mode.PLAIN
+        self._rule = "fixed.always" if self.speculate else "fixed.never"
+        self._reason = "fixed: always speculate" if self.speculate else "fixed: never"
         self.last_reason = ""
 
-    def decide(self, mode: Mode, obs: Observation) -> Event | None:
+    def decide(self, mode: Mode, obs: Observation) -> Verdict | None:
         ev = TOWARD[(mode, self._target)]
-        if ev is not None:
-            self.last_reason = "fixed: always speculate" if self.speculate else "fixed: never"
-        return ev
+        if ev is None:
+            return None
+        self.last_reason = self._reason
+        return rule_verdict(ev, self._rule, self._reason, obs)
 
     def describe(self) -> dict[str, object]:
         return {"policy": "fixed", "speculate": self.speculate}

@@ -3,12 +3,14 @@
 `base.Hysteresis` (debounce and dwell, shared by every load-driven policy), `simple`
 (threshold, fixed, scripted), `goodput` (the cost-model policy), `plugins` (policies from other
 packages) and `registry` (the one place a policy is built from its text or JSON object). The
-protocol they implement, `Policy`, is the FSM core's (`specfsm.fsm.decision`).
+protocol they implement, `Policy`, is the FSM core's (`specfsm.fsm.decision`); each decides
+with a `Verdict` (`specfsm.fsm.verdict`: the event, the rule, the numbers it compared).
 """
 
 from __future__ import annotations
 
 from specfsm.fsm.decision import FixedPolicy, Policy
+from specfsm.fsm.verdict import Verdict, rule_verdict
 from specfsm.policy.base import Hysteresis
 from specfsm.policy.goodput import GoodputPolicy
 from specfsm.policy.plugins import ENTRY_POINT_GROUP, check_policy, load_policy_factory
@@ -25,8 +27,10 @@ __all__ = [
     "PolicySpecError",
     "ScriptedPolicy",
     "ThresholdPolicy",
+    "Verdict",
     "check_policy",
     "load_policy_factory",
     "make_policy",
     "parse_spec",
+    "rule_verdict",
 ]

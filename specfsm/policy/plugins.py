@@ -1,15 +1,20 @@
 """Policies from other packages: a dotted path or an entry point.
 
 A policy is any object with the three members of the `Policy` protocol
-(`specfsm.fsm.decision.Policy`): `decide(mode, obs) -> Event | None`, a `last_reason: str`
-attribute and `describe() -> dict` (whose "policy" key names it in log lines). Its constructor
-takes the JSON keyword arguments of the config's policy object. Name it by dotted path,
-``{"name": "mypkg.mod:MyPolicy", ...kwargs}``, or register it under the entry-point group
-``specfsm.policies`` (``[project.entry-points."specfsm.policies"] mine = "mypkg.mod:MyPolicy"``,
-then ``{"name": "mine", ...}``); `load_policy_factory` resolves both. `decide` runs once per
-scheduler iteration on the hot path: keep it allocation-free in the common case. A policy that
-raises, or returns anything but None or a load event legal in `mode`, is faulted by the machine
-(PLAIN; replaced by FixedPolicy(False) after repeated faults), never the engine.
+(`specfsm.fsm.decision.Policy`): `decide(mode, obs) -> Verdict | Event | None`, a
+`last_reason: str` attribute and `describe() -> dict` (whose "policy" key names it in log
+lines). Return a `Verdict` (`specfsm.fsm.verdict`; `rule_verdict` builds one for a rule on an
+observed signal) and the transition's log line carries it as its ``decision`` object, as the
+shipped policies' lines do; a bare Event is applied as well, its line without a decision.
+Its constructor takes the JSON keyword arguments of the config's policy object. Name it by
+dotted path, ``{"name": "mypkg.mod:MyPolicy", ...kwargs}``, or register it under the
+entry-point group ``specfsm.policies``
+(``[project.entry-points."specfsm.policies"] mine = "mypkg.mod:MyPolicy"``, then
+``{"name": "mine", ...}``); `load_policy_factory` resolves both. `decide` runs once per
+scheduler iteration on the hot path: keep it allocation-free in the common case (build the
+Verdict only when an event is due). A policy that raises, or returns anything but None or a
+load event legal in `mode` (bare or in a Verdict), is faulted by the machine (PLAIN; replaced
+by FixedPolicy(False) after repeated faults), never the engine.
 """
 
 from __future__ import annotations
@@ -76,7 +81,8 @@ def check_policy(obj: object, name: str) -> Policy:
     if missing:
         raise TypeError(
             f"policy {name!r} built {type(obj).__name__}, which lacks {', '.join(missing)} "
-            "(a policy has decide(mode, obs) -> Event | None, last_reason: str, describe())"
+            "(a policy has decide(mode, obs) -> Verdict | Event | None, last_reason: str, "
+            "describe())"
         )
     return obj  # type: ignore[return-value]
 

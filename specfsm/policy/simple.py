@@ -1,7 +1,8 @@
 """The simple policies: threshold on the load signal, a fixed answer, a schedule.
 
-A policy sees the current mode and one `Observation` per iteration and returns an Event that is
-legal in that mode, or None. It is deterministic (same observations -> same decisions, so TP and
+A policy sees the current mode and one `Observation` per iteration and returns a `Verdict` (an
+Event that is legal in that mode, with the rule that gave it and the numbers it compared), or
+None. It is deterministic (same observations -> same decisions, so TP and
 DP ranks agree) and keeps only small state of its own (debounce counters, EMAs). It never emits
 completion events (DRAINED, RESYNCED): those come from the engine adapter. A policy names the
 mode it wants; the table (`specfsm.fsm.table.TOWARD`) says which load event gets there.
@@ -15,10 +16,24 @@ from collections.abc import Callable, Sequence
 
 from specfsm.fsm.decision import FixedPolicy
 from specfsm.fsm.observation import Observation
-from specfsm.fsm.table import TOWARD, Event, Mode
+from specfsm.fsm.table import TOWARD, Mode
+from specfsm.fsm.verdict import Verdict, rule_verdict
 from specfsm.policy.base import Hysteresis
 
-__all__ = ["FixedPolicy", "ScriptedPolicy", "ThresholdPolicy"]
+__all__ = ["RULE_NAMES", "FixedPolicy", "ScriptedPolicy", "ThresholdPolicy"]
+
+#: every rule name a verdict of these policies may carry
+RULE_NAMES = (
+    "threshold.high_bs",
+    "threshold.low_bs",
+    "threshold.high_running",
+    "threshold.low_running",
+    "fixed.always",
+    "fixed.never",
+    "scripted.initial",
+    "scripted.schedule",
+    "scripted.callable",
+)
 
 _DRAINING = Mode.DRAINING
 _PLAIN = Mode.PLAIN
@@ -31,6 +46,8 @@ class ThresholdPolicy(Hysteresis):
     A load event fires only after `debounce` consecutive iterations on the far side of a
     threshold and at least `min_dwell` iterations after the last mode change; `low < high`
     leaves a dead band between the two, so the rule cannot thrash at a single threshold.
+    Its verdict (rule ``threshold.high_bs`` / ``threshold.low_bs``, ``_running`` with
+    signal="running") carries the observed load, the threshold it passed and by how much.
     """
 
     def __init__(
@@ -58,24 +75,29 @@ class ThresholdPolicy(Hysteresis):
         self.low = low
         self.signal = signal
         self._use_running = signal == "running"
+        short = "running" if self._use_running else "bs"
+        self._rule_low = f"threshold.low_{short}"
+        self._rule_high = f"threshold.high_{short}"
 
-    def decide(self, mode: Mode, obs: Observation) -> Event | None:
+    def decide(self, mode: Mode, obs: Observation) -> Verdict | None:
         self._seen(mode, obs.iteration)
         if mode is _DRAINING:
             return None
         load = obs.running if self._use_running else obs.decode_bs
         plain = mode is _PLAIN
         ev = self._confirm(load <= self.low if plain else load > self.high, mode, obs.iteration)
-        if ev is not None:
-            if plain:
-                self.last_reason = (
-                    f"{self.signal}={load} <= low={self.low} for {self.debounce} iterations"
-                )
-            else:
-                self.last_reason = (
-                    f"{self.signal}={load} > high={self.high} for {self.debounce} iterations"
-                )
-        return ev
+        if ev is None:
+            return None
+        if plain:
+            rule, bound, past = self._rule_low, self.low, self.low - load
+            reason = f"{self.signal}={load} <= low={self.low} for {self.debounce} iterations"
+        else:
+            rule, bound, past = self._rule_high, self.high, load - self.high
+            reason = f"{self.signal}={load} > high={self.high} for {self.debounce} iterations"
+        self.last_reason = reason
+        return rule_verdict(
+            ev, rule, reason, obs, signal=self.signal, observed=load, threshold=bound, margin=past
+        )
 
     def describe(self) -> dict[str, object]:
         return {
@@ -94,7 +116,10 @@ class ScriptedPolicy:
     `schedule` is a sequence of (iteration, target) with strictly increasing iterations and
     targets SPECULATING or PLAIN; from each iteration on, the policy moves toward that target.
     Before the first entry the target is `initial`. A callable `target(iteration) -> bool`
-    (True = speculate) may be given instead, e.g. for random or flapping patterns.
+    (True = speculate) may be given instead, e.g. for random or flapping patterns. Its verdict
+    (rule ``scripted.schedule``, ``scripted.initial`` before the first entry, or
+    ``scripted.callable``) carries the iteration and, for a schedule entry, the iteration the
+    entry starts at.
     """
 
     def __init__(
@@ -134,13 +159,31 @@ class ScriptedPolicy:
             self._pos += 1
         return self._want
 
-    def decide(self, mode: Mode, obs: Observation) -> Event | None:
-        want = self.target(obs.iteration)
+    def decide(self, mode: Mode, obs: Observation) -> Verdict | None:
+        it = obs.iteration
+        want = self.target(it)
         ev = TOWARD[(mode, Mode.SPECULATING if want else Mode.PLAIN)]
-        if ev is not None:
-            target = (Mode.SPECULATING if want else Mode.PLAIN).value
-            self.last_reason = f"scripted: target {target} at iteration {obs.iteration}"
-        return ev
+        if ev is None:
+            return None
+        target = (Mode.SPECULATING if want else Mode.PLAIN).value
+        self.last_reason = reason = f"scripted: target {target} at iteration {it}"
+        start: int | None = None
+        if self._fn is not None:
+            rule = "scripted.callable"
+        elif self._pos:
+            rule, start = "scripted.schedule", self._steps[self._pos - 1][0]
+        else:
+            rule = "scripted.initial"
+        return rule_verdict(
+            ev,
+            rule,
+            reason,
+            obs,
+            signal="iteration",
+            observed=it,
+            threshold=start,
+            margin=0.0 if start is None else it - start,
+        )
 
     def describe(self) -> dict[str, object]:
         return {
