@@ -67,12 +67,8 @@ def test_exact_rows(model: CostModel) -> None:
 def test_interpolation_over_bs_and_q(model: CostModel) -> None:
     """Between measured bs (and q) the cost is linear: a midpoint is its neighbours' mean."""
     bss, qs = _grid(T)
-    b0, b1 = next(
-        (x, y) for x, y in itertools.pairwise(bss) if (y - x) % 2 == 0 and y - x > 1
-    )
-    q0, q1 = next(
-        (x, y) for x, y in itertools.pairwise(qs) if (y - x) % 2 == 0 and y - x > 1
-    )
+    b0, b1 = next((x, y) for x, y in itertools.pairwise(bss) if (y - x) % 2 == 0 and y - x > 1)
+    q0, q1 = next((x, y) for x, y in itertools.pairwise(qs) if (y - x) % 2 == 0 and y - x > 1)
     bm, qm = (b0 + b1) // 2, (q0 + q1) // 2
     assert model.target_ms(bm, 1) == pytest.approx((raw(T, b0, 1) + raw(T, b1, 1)) / 2)
     assert model.target_ms(b1, qm) == pytest.approx((raw(T, b1, q0) + raw(T, b1, q1)) / 2)
@@ -293,9 +289,7 @@ def test_resyncing_is_a_plain_step_plus_the_catch_up_estimate() -> None:
     RESYNCING is one warm step. The catch-up is flagged as an estimate."""
     m = CostModel(load_table(ENGINE), DraftShape.chain(3))
     for bs in (1, 16, 64, 256):
-        assert m.resync_ms(bs, bs * 16) == pytest.approx(
-            m.zero_tax_ms(bs) + m.extend_ms(bs, 16)
-        )
+        assert m.resync_ms(bs, bs * 16) == pytest.approx(m.zero_tax_ms(bs) + m.extend_ms(bs, 16))
         assert m.resync_ms(bs, bs) > m.off_ms(bs)
         assert m.resync_ms(bs, bs * 128) > m.resync_ms(bs, bs * 16)
         assert m.resync_ms(bs, bs * 128, "warm") == m.warm_ms(bs)
