@@ -11,30 +11,21 @@ Nothing is created: the log's and the profile's directories are checked, not mad
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import attrs
 
 from specfsm_sglang import compat
-from specfsm_sglang.config import (
-    ENV_FILE,
-    Config,
-    ConfigError,
-    _read_file,
-    check_engine_shapes,
-    check_object,
-    check_policy_shape,
-    log_path,
-    server_shape,
-)
+from specfsm_sglang.paths import check_path
+from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.schema import Config
+from specfsm_sglang.server_checks import check_profile, check_server
 
 #: SGLang server flags the launch check reads (`compat.unsupported_reason`,
-#: `compat.zero_tax_unsupported`, `config.server_shape`); any other flag is ignored.
+#: `compat.zero_tax_unsupported`, `server_checks.server_shape`); any other flag is ignored.
 _VALUE_FLAGS = {
     "--speculative-algorithm": str,
     "--speculative-eagle-topk": int,
@@ -68,24 +59,6 @@ def server_args(flags: Sequence[str]) -> SimpleNamespace:
     return SimpleNamespace(**vars(known))
 
 
-def _check_path(key: str, template: str) -> None:
-    """`prepare_log`'s checks without creating anything."""
-    if template == "-":
-        return
-    path = Path(log_path(template, 0))
-    if path.is_dir():
-        raise ConfigError(key, f"{path} is a directory, expected a file path")
-    if path.exists():
-        if not os.access(path, os.W_OK):
-            raise ConfigError(key, f"{path} is not writable")
-        return
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(key, f"directory {parent} is not writable (needed for {path})")
-
-
 def _sglang_problem() -> ConfigError | None:
     try:
         v = metadata.version("sglang")
@@ -98,12 +71,9 @@ def _sglang_problem() -> ConfigError | None:
     return None
 
 
-def problems(path: str, flags: Sequence[str] | None = None) -> list[ConfigError]:
-    """Every problem of the configuration file `path` (and of the server `flags`, when given)."""
-    try:
-        data = check_object(ENV_FILE, _read_file(path), "the configuration")
-    except ConfigError as exc:
-        return [exc]
+def problems(data: dict[str, Any], flags: Sequence[str] | None = None) -> list[ConfigError]:
+    """Every problem of the configuration file's object `data` (and of the server `flags`, when
+    given)."""
     known = Config.keys()
     out = [
         ConfigError(k, f"unknown configuration key (known: {', '.join(known)})")
@@ -121,7 +91,7 @@ def problems(path: str, flags: Sequence[str] | None = None) -> list[ConfigError]
     for key, template in (("log", cfg.log), ("profile.save", _profile_save(cfg))):
         if template is not None:
             try:
-                _check_path(key, template)
+                check_path(key, template)
             except ConfigError as exc:
                 out.append(exc)
     if (sg := _sglang_problem()) is not None:
@@ -130,15 +100,8 @@ def problems(path: str, flags: Sequence[str] | None = None) -> list[ConfigError]
     unsaved = attrs.evolve(cfg, profile=_without_save(cfg.profile))
     try:
         if flags:
-            if (reason := compat.unsupported_reason(args)) is not None:
-                raise ConfigError("server_args", reason)
-            if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(args)):
-                raise ConfigError("plain", why)
-            check_policy_shape(cfg.policy, server_shape(args))
-            check_engine_shapes(unsaved, server_shape(args), compat.dp_attention(args))
+            check_server(unsaved, args)
         elif cfg.profile_spec is not None:
-            from specfsm_sglang.config import check_profile
-
             check_profile(unsaved)
     except ConfigError as exc:
         out.append(exc)

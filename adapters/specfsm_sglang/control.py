@@ -1,10 +1,11 @@
 """The operator's control file, read without ever blocking the scheduler.
 
 `ControlFile.read` opens the file only when ``os.stat`` says it is a regular file whose
-(type, mtime, size, inode) changed and that holds at most ``config.MAX_CONTROL_BYTES``; a FIFO,
-a directory, a device or an oversized file is refused with a reason, never opened. What the
-content means (pin, unpin, a policy) is checked by `config.parse_control` and applied by the
-controller (`Controller.apply_control`), on every TP rank.
+(type, mtime, size, inode) changed and that holds at most `MAX_CONTROL_BYTES`; a FIFO, a
+directory, a device or an oversized file is refused with a reason, never opened. What the
+content means (pin, unpin, a policy) is checked by `parse_control` with the configuration's
+rules and applied by the controller's switchboard (`Controller.apply_control`), on every TP
+rank.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ import os
 import stat
 from typing import Any
 
-from specfsm_sglang import config
+import attrs
+
+from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.values import check_choice, check_keys, check_object, make_policy
+
+#: The control file is read only when it is a regular file of at most this many bytes.
+MAX_CONTROL_BYTES = 64 * 1024
 
 
 class ControlFile:
@@ -45,11 +52,11 @@ class ControlFile:
                 f"control_file: {path} is {_file_kind(st.st_mode)}, not a regular "
                 "file; it is not opened (nothing may block the scheduler)",
             )
-        if st.st_size > config.MAX_CONTROL_BYTES:
+        if st.st_size > MAX_CONTROL_BYTES:
             return (
                 "refused",
                 f"control_file: {path} holds {st.st_size} bytes, more than the "
-                f"limit of {config.MAX_CONTROL_BYTES}; not read",
+                f"limit of {MAX_CONTROL_BYTES}; not read",
             )
         try:
             # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open returns at once
@@ -59,13 +66,13 @@ class ControlFile:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return ("refused", f"control_file: {path} is not a regular file; not read")
-            data = os.read(fd, config.MAX_CONTROL_BYTES + 1)
+            data = os.read(fd, MAX_CONTROL_BYTES + 1)
         except OSError as exc:
             return ("refused", f"control_file: cannot read {path}: {exc.strerror}")
         finally:
             os.close(fd)
-        if len(data) > config.MAX_CONTROL_BYTES:
-            return ("refused", f"control_file: {path} grew past {config.MAX_CONTROL_BYTES} bytes")
+        if len(data) > MAX_CONTROL_BYTES:
+            return ("refused", f"control_file: {path} grew past {MAX_CONTROL_BYTES} bytes")
         try:
             return ("content", json.loads(data))
         except ValueError as exc:
@@ -87,3 +94,35 @@ def _file_kind(mode: int) -> str:
         (stat.S_ISSOCK, "a socket"),
     ]
     return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
+# ------------------------------------------------------------------------------- its content
+CONTROL_KEYS = ("pin", "policy")
+
+
+@attrs.frozen
+class ControlChange:
+    """A checked control-file request: pin a mode, unpin, or swap the policy."""
+
+    kind: str  # "pin", "unpin" or "policy"
+    pin: str | None = None
+    policy: dict[str, Any] | None = None
+
+
+def parse_control(content: object) -> ControlChange:
+    """Check control-file content with the config's rules; ConfigError ``control.<key>: ...``."""
+    obj = check_object(
+        "control", content, '{"pin": "PLAIN" | "SPECULATING" | null} or {"policy": {...}}'
+    )
+    check_keys("control", obj, CONTROL_KEYS)
+    if "pin" in obj and "policy" in obj:
+        raise ConfigError("control", "give either pin or policy, not both")
+    if "pin" in obj:
+        pin = obj["pin"]
+        if pin is None:
+            return ControlChange("unpin")
+        return ControlChange("pin", pin=check_choice("control.pin", pin, ("SPECULATING", "PLAIN")))
+    if "policy" in obj:
+        make_policy(obj["policy"], key="control.policy")
+        return ControlChange("policy", policy=obj["policy"])
+    raise ConfigError("control", 'empty: give {"pin": ...} or {"policy": {...}}')

@@ -44,11 +44,15 @@ from specfsm import (
     json_logger,
 )
 from specfsm.model.acceptance import DraftShape
-from specfsm_sglang import compat, config, relay
+from specfsm_sglang import compat, relay
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
-from specfsm_sglang.config import Config, ConfigError, make_policy
-from specfsm_sglang.control import ControlFile
+from specfsm_sglang.control import ControlFile, parse_control
+from specfsm_sglang.paths import prepare_log
+from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.schema import Config
+from specfsm_sglang.server_checks import check_policy_shape, engine_shapes, policy_shapes
+from specfsm_sglang.values import make_policy
 
 if TYPE_CHECKING:
     from specfsm import Policy
@@ -157,7 +161,7 @@ class Controller:
         self.shape_states: dict[DraftShape, Any] = {self.launch_shape: self.spec_state}
         #: per shape: build seconds and device bytes (0 on CPU), for the config log line
         self.shape_builds: dict[str, dict[str, float]] = {}
-        shapes = config.engine_shapes(cfg, self.launch_shape)[1:]
+        shapes = engine_shapes(cfg, self.launch_shape)[1:]
         narrower = any(s.topk != self.topk for s in shapes)
         if narrower and (miss := relay.missing_methods(worker)):
             raise ConfigError(
@@ -211,7 +215,7 @@ class Controller:
         for ext in extensions:
             actions = ext.wrap_actions(self, actions)
         # checked (directory created) in the parent; again here for this rank's path
-        log_dest = config.prepare_log(cfg.log, self.rank) if cfg.log else None
+        log_dest = prepare_log(cfg.log, self.rank) if cfg.log else None
         self.log = TransitionLog(json_logger(log_dest) if log_dest else None, rank=self.rank)
         # SGLang attached its K-wide state at start-up: that is SPECULATING's state, so the
         # machine is born in SPECULATING; initial_mode PLAIN gets there through the table
@@ -574,14 +578,14 @@ class Controller:
         schema (and a goodput policy's shape against this server's); every refusal is logged as
         specfsm.config with control=refused and the reason, every change with control=applied."""
         try:
-            change = config.parse_control(content)
+            change = parse_control(content)
             if change.kind == "pin":
                 policy: Policy = FixedPolicy(change.pin == "SPECULATING")
             elif change.kind == "policy":
-                config.check_policy_shape(
+                check_policy_shape(
                     change.policy, (self.topk, self.spec_steps, self.spec_tokens), "control.policy"
                 )
-                for s in config.policy_shapes(change.policy):
+                for s in policy_shapes(change.policy):
                     if s not in self.shape_states:
                         raise ConfigError(
                             "control.policy.shapes",

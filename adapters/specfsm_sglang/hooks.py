@@ -24,11 +24,12 @@ test channel (``specfsm_testbed.channel``) is one.
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from specfsm_sglang import compat, config
-from specfsm_sglang.config import Config, ConfigError, StartRefused
+from specfsm_sglang.refusal import ConfigError, refuse
+from specfsm_sglang.schema import Config
+from specfsm_sglang.server_checks import check_server
 
 if TYPE_CHECKING:
     from specfsm_sglang.controller import Controller, ControllerExtension
@@ -62,14 +63,6 @@ def add_extension(ext: ControllerExtension) -> None:
     _extensions.append(ext)
 
 
-def _refuse(exc: ConfigError) -> NoReturn:
-    """Print the one refusal line (stderr) and raise it."""
-    line = config.refusal_line(exc)
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-    raise StartRefused(exc.key, exc.reason) from None
-
-
 def launch_check(server_args: Any) -> None:
     """In the engine's parent, before any worker starts (every engine start in the process,
     not only the first): check the configuration, the server's arguments and the policy's
@@ -83,17 +76,9 @@ def launch_check(server_args: Any) -> None:
             compat.surface()
         except RuntimeError as exc:
             raise ConfigError("sglang", str(exc)) from None
-        reason = compat.unsupported_reason(server_args)
-        if reason is not None:
-            raise ConfigError("server_args", reason)
-        if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
-            raise ConfigError("plain", why)
-        config.check_policy_shape(cfg.policy, config.server_shape(server_args))
-        config.check_engine_shapes(
-            cfg, config.server_shape(server_args), compat.dp_attention(server_args)
-        )
+        check_server(cfg, server_args)
     except ConfigError as exc:
-        _refuse(exc)
+        refuse(exc)
     _state.tokenizer_active = True
     ensure_tokenizer_side()
 
@@ -116,10 +101,10 @@ def register_refusal(exc: ConfigError) -> None:
     parent refuses before that (`launch_check`); this is the fallback."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        _refuse(exc)
+    def refuse_start(*args: Any, **kwargs: Any) -> None:
+        refuse(exc)
 
-    HookRegistry.register(compat.surface_or_newest().scheduler_init, refuse, HookType.BEFORE)
+    HookRegistry.register(compat.surface_or_newest().scheduler_init, refuse_start, HookType.BEFORE)
 
 
 def _after_spec_metrics(result: Any, self: Any, meta_info: Any, recv_obj: Any, i: int) -> None:
@@ -176,23 +161,15 @@ def register(cfg: Config) -> None:
     def check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
         # normally refused in the parent already (launch_check); the scheduler checks again
         try:
-            reason = compat.unsupported_reason(server_args)
-            if reason is not None:
-                raise ConfigError("server_args", reason)
-            if cfg.plain == "zero_tax" and (why := compat.zero_tax_unsupported(server_args)):
-                raise ConfigError("plain", why)
-            config.check_policy_shape(cfg.policy, config.server_shape(server_args))
-            config.check_engine_shapes(
-                cfg, config.server_shape(server_args), compat.dp_attention(server_args)
-            )
+            check_server(cfg, server_args)
         except ConfigError as exc:
-            _refuse(exc)
+            refuse(exc)
 
     def check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
         worker = getattr(self, "draft_worker", None)
         ctl = None if worker is None else getattr(worker, CONTROLLER_ATTR, None)
         if ctl is None:
-            _refuse(
+            refuse(
                 ConfigError(
                     "hooks",
                     "its worker hooks did not run (was EAGLEWorkerV2 patched by another plugin "
@@ -209,9 +186,9 @@ def register(cfg: Config) -> None:
             try:
                 ctl.apply_profile(StartupProfile(spec, ctl, self).run())
             except ConfigError as exc:
-                _refuse(exc)
+                refuse(exc)
             except Exception as exc:  # refuse in one line naming the profile, not a traceback
-                _refuse(
+                refuse(
                     ConfigError(
                         "profile",
                         f"the start-up profile failed: {type(exc).__name__}: {exc}"[:600]
@@ -225,7 +202,7 @@ def register(cfg: Config) -> None:
         try:
             ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
         except ConfigError as exc:  # e.g. the lag buffer does not fit: refuse in one line
-            _refuse(exc)
+            refuse(exc)
         setattr(self, CONTROLLER_ATTR, ctl)
         _state.controller = ctl
 

@@ -62,8 +62,9 @@ from specfsm.model.costs import (
     step_model_shape,
 )
 from specfsm.policy.goodput import STEP_PLAIN, STEP_SPEC, STEP_WARM
-from specfsm_sglang.config import ProfileSpec, prepare_log
 from specfsm_sglang.controller import ControllerObserver
+from specfsm_sglang.paths import prepare_log
+from specfsm_sglang.values import ProfileSpec
 
 if TYPE_CHECKING:
     from specfsm_sglang.controller import Controller
@@ -286,7 +287,7 @@ class StartupProfile:
         return out
 
     def _widest_kv(self) -> int:
-        from specfsm_sglang.config import kv_per_step
+        from specfsm_sglang.server_checks import kv_per_step
 
         return max(kv_per_step(s) for s in self.ctl.shape_states)
 

@@ -14,7 +14,7 @@ SGLang builds everything top-k dependent for the launch top-k K (``--speculative
 * draft/verify attention backends and graph runners read ``topk`` when they are built.
 
 specfsm keeps the relay at the launch width K whatever shape drafts (the server must launch
-with the widest top-k of its shapes; ``config.check_engine_shapes`` refuses the rest):
+with the widest top-k of its shapes; ``server_checks.check_engine_shapes`` refuses the rest):
 
 * every draft extend runs with the draft worker's ``topk`` = K (wrapper below), so every relay
   is [bs, K] (FutureMap buffers, contracts and zero-tax PLAIN's catch-up agree);

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("specfsm_sglang")
 from specfsm_sglang import compat, hooks
-from specfsm_sglang.config import StartRefused
+from specfsm_sglang.refusal import StartRefused
 
 
 def test_launch_check_target_in_surface(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,14 +13,13 @@ pytest.importorskip("specfsm_sglang")
 from specfsm_sglang.config import (
     Config,
     ConfigError,
-    check_policy_shape,
     make_policy,
     parse_shorthand,
-    refusal_line,
     requested,
     resolve,
-    server_shape,
 )
+from specfsm_sglang.refusal import refusal_line
+from specfsm_sglang.server_checks import check_policy_shape, server_shape
 
 from specfsm import FixedPolicy, ThresholdPolicy
 from specfsm.model.acceptance import DraftShape
@@ -222,6 +221,7 @@ def test_a_config_builds_its_policy_once(monkeypatch: pytest.MonkeyPatch) -> Non
     """Validation builds the policy and the controller takes that instance (one build per
     process); asking again gives a fresh policy (policies keep state)."""
     from specfsm_sglang import config as cfg_mod
+    from specfsm_sglang import schema
 
     calls: list[object] = []
     real = cfg_mod.make_policy
@@ -230,7 +230,7 @@ def test_a_config_builds_its_policy_once(monkeypatch: pytest.MonkeyPatch) -> Non
         calls.append(spec)
         return real(spec, key)
 
-    monkeypatch.setattr(cfg_mod, "make_policy", counting)
+    monkeypatch.setattr(schema, "make_policy", counting)
     cfg = cfg_mod.resolve({"SPECFSM_POLICY": "threshold:high=9,low=2"}, prepare=False)
     assert len(calls) == 1
     first = cfg.take_policy()
@@ -255,7 +255,7 @@ def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
     """No extra shape may be wider than the server's launch shape, in top-k or in KV slots per
     decode step; narrower ones (shorter chains, chains under a tree server) are accepted; the
     launch shape always comes first."""
-    from specfsm_sglang.config import check_engine_shapes, engine_shapes
+    from specfsm_sglang.server_checks import check_engine_shapes, engine_shapes
 
     cfg = Config.from_mapping({"shapes": ["chain1", "chain3", "chain5"]})
     assert engine_shapes(cfg, DraftShape.chain(7)) == [

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("specfsm_sglang")
-from specfsm_sglang.config import MAX_CONTROL_BYTES, resolve
-from specfsm_sglang.control import ControlFile
+from specfsm_sglang.config import resolve
+from specfsm_sglang.control import MAX_CONTROL_BYTES, ControlFile
 from specfsm_sglang.controller import Controller
 
 from specfsm import Event, FixedPolicy, Mode, Observation, SpecFSM, ThresholdPolicy

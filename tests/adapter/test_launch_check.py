@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("specfsm_sglang")
 from specfsm_sglang import hooks
-from specfsm_sglang.config import ConfigError, StartRefused
+from specfsm_sglang.config import ConfigError
+from specfsm_sglang.refusal import StartRefused
 
 ARGS = {
     "speculative_algorithm": "EAGLE3",

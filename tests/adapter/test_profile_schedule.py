@@ -6,7 +6,7 @@ refuses what nothing would use or the engine cannot run."""
 from __future__ import annotations
 
 import pytest
-from specfsm_sglang import config
+from specfsm_sglang import config, server_checks
 from specfsm_sglang.config import Config, ConfigError
 from specfsm_sglang.profile import ProfileSchedule, profile_rows, rows_csv
 
@@ -105,17 +105,17 @@ def test_profile_config_refusals() -> None:
     spec = Config.from_mapping({"profile": {"bs": [8, 1, 8], "forwards": 2}}).profile_spec
     assert spec is not None and spec.bs == (1, 8) and spec.forwards == 2
     with pytest.raises(ConfigError, match="goodput"):
-        config.check_engine_shapes(Config.from_mapping({"profile": True}), (1, 5, 6))
+        server_checks.check_engine_shapes(Config.from_mapping({"profile": True}), (1, 5, 6))
     both = {"profile": True, "policy": {**GOODPUT, "profile": "h200_sglang0517_llama8b"}}
     with pytest.raises(ConfigError, match="give one of them"):
-        config.check_engine_shapes(Config.from_mapping(both), (1, 5, 6))
+        server_checks.check_engine_shapes(Config.from_mapping(both), (1, 5, 6))
     ok = Config.from_mapping({"profile": True, "policy": GOODPUT})
-    config.check_engine_shapes(ok, (1, 5, 6))
+    server_checks.check_engine_shapes(ok, (1, 5, 6))
     with pytest.raises(ConfigError, match="DP attention"):
-        config.check_engine_shapes(ok, (1, 5, 6), dp_attention=True)
+        server_checks.check_engine_shapes(ok, (1, 5, 6), dp_attention=True)
     unwritable = {"profile": {"save": "/proc/specfsm-no/profile.csv"}, "policy": GOODPUT}
     with pytest.raises(ConfigError) as exc:
-        config.check_engine_shapes(Config.from_mapping(unwritable), (1, 5, 6))
+        server_checks.check_engine_shapes(Config.from_mapping(unwritable), (1, 5, 6))
     assert exc.value.key == "profile.save" and "cannot create directory" in exc.value.reason
     for bad, key in (
         ({"bs": []}, "profile.bs"),

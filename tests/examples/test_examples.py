@@ -45,7 +45,8 @@ def test_shapes_example_config_starts_on_its_launch_shape() -> None:
     """specfsm_shapes.json is a valid config whose shapes the README's launch line (chain 7,
     the widest) accepts, and whose goodput policy is priced for that launch shape."""
     pytest.importorskip("specfsm_sglang")
-    from specfsm_sglang.config import Config, check_engine_shapes, check_policy_shape
+    from specfsm_sglang.config import Config
+    from specfsm_sglang.server_checks import check_engine_shapes, check_policy_shape
 
     data = json.loads((EXAMPLE / "specfsm_shapes.json").read_text())
     cfg = Config.from_mapping(data)

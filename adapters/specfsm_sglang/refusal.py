@@ -1,0 +1,38 @@
+"""How specfsm refuses: the one error type of a refused configuration and its one-line text.
+
+Every check (a key's value, the server's arguments, the shapes, the control file's content)
+raises `ConfigError` ``<key>: <reason>``; at start-up it is printed to stderr as
+``specfsm: refusing to start: <key>: <reason>`` and raised as `StartRefused` (`refuse`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+
+class ConfigError(ValueError):
+    """A refused specfsm configuration (or control-file content): ``<key>: <reason>``."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{key}: {reason}")
+
+
+class StartRefused(ConfigError):
+    """Raised in the engine's parent before any worker starts; its text is the one line."""
+
+    def __str__(self) -> str:
+        return refusal_line(self)
+
+
+def refusal_line(exc: ConfigError) -> str:
+    return f"specfsm: refusing to start: {exc.key}: {exc.reason}"
+
+
+def refuse(exc: ConfigError) -> NoReturn:
+    """Print the one refusal line (stderr) and raise it as `StartRefused`."""
+    sys.stderr.write(refusal_line(exc) + "\n")
+    sys.stderr.flush()
+    raise StartRefused(exc.key, exc.reason) from None
