@@ -49,6 +49,7 @@ from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 from specfsm_sglang.control import ControlFile, parse_control
 from specfsm_sglang.paths import prepare_log
+from specfsm_sglang.profile_schedule import ProfileResult, seed_calibration
 from specfsm_sglang.refusal import ConfigError
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import check_policy_shape, engine_shapes, policy_shapes
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     from specfsm_sglang.consensus import GlobalLoad
     from specfsm_sglang.metrics import Metrics
     from specfsm_sglang.plain import ZeroTaxPlain
-    from specfsm_sglang.profile import ProfileResult
 
 
 class ControllerObserver:
@@ -363,8 +363,6 @@ class Controller:
         policy = make_policy(self.with_profile(spec), key=key)
         if not self.profile_rows:
             return policy, 0
-        from specfsm_sglang.profile import seed_calibration
-
         return policy, seed_calibration(policy, self.profile_rows)
 
     def with_profile(self, spec: dict[str, Any]) -> dict[str, Any]:

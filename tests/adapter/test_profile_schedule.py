@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from specfsm_sglang import config, server_checks
 from specfsm_sglang.config import Config, ConfigError
-from specfsm_sglang.profile import ProfileSchedule, profile_rows, rows_csv
+from specfsm_sglang.profile_schedule import ProfileSchedule, profile_rows, rows_csv
 
 from specfsm import Event, Mode, Observation, SpecFSM
 from specfsm.fsm.testing import RecordingActions
@@ -133,7 +133,7 @@ def test_profile_config_refusals() -> None:
 def test_profiled_points_count_as_measured() -> None:
     """A calibrating goodput policy priced with the profile does not probe what the profile
     measured: every profiled (kind, shape) is marked measured, at factor 1."""
-    from specfsm_sglang.profile import seed_calibration
+    from specfsm_sglang.profile_schedule import seed_calibration
 
     from specfsm.policy.goodput import GoodputPolicy
 
