@@ -27,18 +27,27 @@ from typing import Any
 
 from specfsm import TransitionInfo
 from specfsm_sglang import relay
+from specfsm_sglang.flight import Flight
 
 
 class SGLangModeActions:
     """Entry/exit actions for one EAGLEWorkerV2 (one scheduler rank)."""
 
     def __init__(
-        self, worker: Any, spec_state: Any, plain_state: Any, ctl: Any, zero_tax: Any = None
+        self,
+        worker: Any,
+        spec_state: Any,
+        plain_state: Any,
+        ctl: Any,
+        flight: Flight,
+        zero_tax: Any = None,
     ) -> None:
         self.worker = worker
         self.spec_state = spec_state
         self.plain_state = plain_state
-        self.ctl = ctl  # the controller: in-flight bookkeeping and resync progress
+        self.ctl = ctl  # the controller: the shapes' states and the machine's current shape
+        #: the K-wide forwards in flight (DRAINING's) and RESYNCING's progress
+        self.flight = flight
         #: PLAIN's own decode state and lag buffer (specfsm_sglang.plain.ZeroTaxPlain), or None
         self.zero_tax = zero_tax
 
@@ -86,7 +95,7 @@ class SGLangModeActions:
         # The next forward drafts and verifies in the new width; a batch of the old shape still
         # in flight (overlap) completes with the state it was launched with (its verify
         # tensors live on that batch, the runtime state only shapes new forwards), and its
-        # accept lengths are attributed to the old shape (Controller._wide_its).
+        # accept lengths are attributed to the old shape (`Flight.wide_processed`).
         if t.shape is None or t.shape not in self.ctl.shape_states:
             raise RuntimeError(f"RESHAPE to a shape with no runtime state: {t.shape!r}")
         self._attach(self.ctl.shape_states[t.shape])
@@ -102,11 +111,11 @@ class SGLangModeActions:
         self._attach(self.plain_state)
 
     def exit_draining(self, t: TransitionInfo) -> None:
-        if t.event.name == "DRAINED" and self.ctl.inflight_wide:
+        if t.event.name == "DRAINED" and self.flight.inflight_wide:
             raise RuntimeError(
-                f"DRAINED with {self.ctl.inflight_wide} K-wide batch(es) still in flight"
+                f"DRAINED with {self.flight.inflight_wide} K-wide batch(es) still in flight"
             )
-        self.ctl.inflight_wide = 0  # release: specfsm holds no reference to K-wide batches
+        self.flight.release_wide()
 
     # PLAIN -------------------------------------------------------------------------------
     def enter_plain(self, t: TransitionInfo) -> None:
@@ -118,7 +127,7 @@ class SGLangModeActions:
         self._attach(self.plain_state)
         if self.zero_tax is not None:
             self.zero_tax.attach()
-        self.ctl.resync_left = 0
+        self.flight.end_resync()
 
     def exit_plain(self, t: TransitionInfo) -> None:
         return None
@@ -126,9 +135,9 @@ class SGLangModeActions:
     # RESYNCING ---------------------------------------------------------------------------
     def enter_resyncing(self, t: TransitionInfo) -> None:
         # Zero-tax: the catch-up runs in RESYNCING's forwards until no request lags
-        # (`ZeroTaxPlain.forward(resync=True)` clears resync_left). Warm PLAIN: the draft saw
+        # (`ZeroTaxPlain.forward(resync=True)` reports it done). Warm PLAIN: the draft saw
         # every token through its 1-token draft-extend; count the configured forwards down.
-        self.ctl.resync_left = 1 if self.zero_tax is not None else self.ctl.resync_forwards
+        self.flight.start_resync(self.zero_tax is not None)
 
     def exit_resyncing(self, t: TransitionInfo) -> None:
         if self.zero_tax is not None and t.event.name == "RESYNCED":
@@ -136,4 +145,4 @@ class SGLangModeActions:
             # (SPECULATING's entry then attaches the K-wide one)
             self.zero_tax.detach()
             self._attach(self.plain_state)
-        self.ctl.resync_left = 0
+        self.flight.end_resync()

@@ -25,7 +25,6 @@ and each idle check. With no observer the hot path pays one empty-list test per 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,6 +47,7 @@ from specfsm_sglang import compat, relay
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 from specfsm_sglang.control import ControlFile, parse_control
+from specfsm_sglang.flight import Flight, step_kind
 from specfsm_sglang.paths import prepare_log
 from specfsm_sglang.profile_schedule import ProfileResult, seed_calibration
 from specfsm_sglang.refusal import ConfigError
@@ -179,27 +179,12 @@ class Controller:
             # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
             relay.install(worker, self.topk)
 
-        # per-iteration bookkeeping read by the actions and the completion events
-        self.inflight_wide = 0
-        self.resync_left = 0
-        self.resync_forwards = cfg.resync_forwards
+        #: what is in flight between the hooks' calls, read by the completion events; the mode
+        #: actions change it through its methods
+        self.flight = Flight(cfg.resync_forwards)
         self.iteration = 0
         self.running = 0
         self.queued = 0
-        self.accept_lens: tuple[int, ...] = ()
-        # (iteration, shape) of the K-wide forwards whose results are not processed yet
-        # (oldest first): a result's accept lengths belong to the shape it was drafted with
-        self._wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
-        self._last_correct: list[int] | None = None
-        #: the shape of the verify whose accept lengths are in `accept_lens`
-        self.accept_shape: DraftShape | None = None
-        # the previous decode forward: (start time, bs, shape or None, kind); its measured
-        # duration (the next decode forward's start minus its start, no prefill between) is
-        # the observation's step_ms, for a policy that calibrates its costs online
-        self._prev_t = 0.0
-        self._prev_bs = 0
-        self._prev_shape: DraftShape | None = None
-        self._prev_kind = ""
 
         #: called at the points ControllerObserver documents (see there)
         self.observers: list[ControllerObserver] = []
@@ -210,7 +195,7 @@ class Controller:
 
             self.zero_tax = ZeroTaxPlain(worker, cfg.lag_tokens, cfg.catchup_tokens)
         actions: Any = SGLangModeActions(
-            worker, self.spec_state, self.plain_state, self, self.zero_tax
+            worker, self.spec_state, self.plain_state, self, self.flight, self.zero_tax
         )
         for ext in extensions:
             actions = ext.wrap_actions(self, actions)
@@ -416,20 +401,21 @@ class Controller:
         elif self.global_load is not None:
             bs = self.global_load(bs)
         now = time.perf_counter()
-        prev_t = self._prev_t
+        fl = self.flight
+        prev_t = fl.prev_t
         obs = Observation(
             iteration=it,
             decode_bs=bs,
             running=self.running,
-            accept_lens=self.accept_lens,
+            accept_lens=fl.accept_lens,
             queued=self.queued,
             rank=self.rank,
             mean_ctx=mean_ctx,
-            accept_shape=self.accept_shape,
+            accept_shape=fl.accept_shape,
             step_ms=(now - prev_t) * 1000.0 if prev_t else 0.0,
-            step_bs=self._prev_bs if prev_t else 0,
-            step_shape=self._prev_shape,
-            step_kind=self._prev_kind if prev_t else "",
+            step_bs=fl.prev_bs if prev_t else 0,
+            step_shape=fl.prev_shape,
+            step_kind=fl.prev_kind if prev_t else "",
             shape=self.fsm.shape,
         )
         fsm = self.fsm
@@ -437,9 +423,9 @@ class Controller:
             fsm.step(obs)
             mode = fsm.mode
             if mode is Mode.DRAINING:
-                if self.inflight_wide == 0:
+                if fl.inflight_wide == 0:
                     fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight")
-            elif mode is Mode.RESYNCING and self.resync_left <= 0:
+            elif mode is Mode.RESYNCING and fl.resync_left <= 0:
                 fsm.process_event(Event.RESYNCED, obs, "draft caught up for every running request")
         except ModeActionError as exc:
             # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
@@ -452,13 +438,10 @@ class Controller:
                 o.on_fault(self, exc)
             raise
         mode = fsm.mode
-        self._prev_t = now
-        self._prev_bs = bs
         if mode is Mode.SPECULATING:
-            self._prev_shape, self._prev_kind = fsm.shape, "spec"
+            fl.note_step(now, bs, fsm.shape, "spec")
         else:
-            self._prev_shape = None
-            self._prev_kind = step_kind(mode, self.zero_tax is not None)
+            fl.note_step(now, bs, None, step_kind(mode, self.zero_tax is not None))
         sub = self._subject
         sub.batch = batch
         if observers:
@@ -475,26 +458,48 @@ class Controller:
     def after_forward(self, batch: Any, result: Any) -> None:
         wide = self.worker.speculative_num_steps > 0
         if wide:
-            self.inflight_wide += 1
-            self._wide_its.append((self.iteration, self.fsm.shape))
-        elif self.resync_left > 0 and self.zero_tax is None:
+            self.flight.wide_launched(self.iteration, self.fsm.shape)
+        elif self.flight.resync_left > 0 and self.zero_tax is None:
             # warm PLAIN: RESYNCING lasts resync_forwards forwards (zero-tax: until the
-            # catch-up reports every request caught up, `ZeroTaxPlain.resync_done`)
-            self.resync_left -= 1
+            # catch-up reports every request caught up, `plain_forward`)
+            self.flight.resync_forward()
         if self.observers:
             for o in self.observers:
                 o.after_forward(self, batch, result, wide)
 
+    def plain_forward(self, zt: ZeroTaxPlain, batch: Any, on_publish: Any) -> Any:
+        """Zero-tax PLAIN's forward instead of SGLang's (`zt` attached): one target decode
+        forward; in RESYNCING followed by the batched catch-up, whose report ends RESYNCING
+        (RESYNCED is due) and is logged."""
+        fl = self.flight
+        resync = fl.resync_left > 0
+        result = zt.forward(batch, on_publish=on_publish, resync=resync)
+        if resync:
+            if zt.resync_done:
+                fl.end_resync()
+            if zt.last_catchup is not None:
+                rows, tokens, secs, over, done = zt.last_catchup
+                zt.last_catchup = None
+                self.log.catchup(
+                    iteration=self.iteration,
+                    rows=rows,
+                    tokens=tokens,
+                    ms=secs * 1000.0,
+                    overflow_rows=over,
+                    done=done,
+                )
+        return result
+
     def note_extend(self, batch: Any) -> None:
         """A forward that is not a decode is about to run: the next decode forward's step time
         would include it, so it is not reported (step_ms 0)."""
-        self._prev_t = 0.0
+        self.flight.forget_step()
         if self.observers:
             for o in self.observers:
                 o.on_extend(self, batch)
 
     def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
-        self._last_correct = num_correct_drafts_per_req
+        self.flight.verify_complete(num_correct_drafts_per_req)
 
     def after_process_result(self, batch: Any, result: Any) -> None:
         if self.observers:
@@ -502,20 +507,12 @@ class Controller:
                 o.on_result(self, batch, result)
         k = getattr(result, "speculative_num_draft_tokens", None)
         if k is None or k <= 1 or batch.forward_mode.is_extend():
-            self._last_correct = None
+            self.flight.other_result()
             return
-        if self.inflight_wide > 0:
-            self.inflight_wide -= 1
-        round_it, shape = (
-            self._wide_its.popleft() if self._wide_its else (self.iteration, self.fsm.shape)
-        )
-        correct = self._last_correct
-        if correct is not None:
-            self.accept_lens = tuple(n + 1 for n in correct)
-            self.accept_shape = shape
+        round_it = self.flight.wide_processed(self.iteration, self.fsm.shape)
+        if round_it is not None:
             # the observation lines name the K-wide round these accept lengths come from
             self.log.accept_lens_iteration = round_it
-            self._last_correct = None
 
     def note_schedule(self, scheduler: Any, plan: Any) -> None:
         # the scheduler assigns plan.running_batch to itself only after this call returns
@@ -601,20 +598,6 @@ class Controller:
             {"control": "applied", "request": content, "policy": policy.describe()},
             iteration=self.iteration,
         )
-
-
-def step_kind(mode: Mode, zero_tax: bool) -> str:
-    """What a decode forward in `mode` runs, as `Observation.step_kind` names it for a policy
-    that calibrates its step costs: "spec" (SPECULATING), "plain" (a zero-tax PLAIN step: one
-    target decode forward), "resync" (a zero-tax RESYNCING step: a PLAIN step + the catch-up),
-    "warm" (the 1-wide state's 1-token verify + 1-token draft-extend: DRAINING's forward, and
-    PLAIN / RESYNCING with ``plain: "warm"``). DRAINING's forward reported as "plain" poisoned
-    the policy's PLAIN price by ~2x on the H200 (this session's tree run at 32 requests)."""
-    if mode is Mode.SPECULATING:
-        return "spec"
-    if mode is Mode.DRAINING or not zero_tax:
-        return "warm"
-    return "resync" if mode is Mode.RESYNCING else "plain"
 
 
 def _graph_bs() -> list[int] | None:

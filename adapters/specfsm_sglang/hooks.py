@@ -221,22 +221,7 @@ def register(cfg: Config) -> None:
         if zt is not None and zt.attached and not batch.forward_mode.is_idle():
             # PLAIN / RESYNCING, zero-tax: one target decode forward, nothing else (in
             # RESYNCING followed by the batched catch-up)
-            resync = ctl.resync_left > 0
-            result = zt.forward(batch, on_publish=kwargs.get("on_publish"), resync=resync)
-            if resync:
-                if zt.resync_done:
-                    ctl.resync_left = 0
-                if zt.last_catchup is not None:
-                    rows, tokens, secs, over, done = zt.last_catchup
-                    zt.last_catchup = None
-                    ctl.log.catchup(
-                        iteration=ctl.iteration,
-                        rows=rows,
-                        tokens=tokens,
-                        ms=secs * 1000.0,
-                        overflow_rows=over,
-                        done=done,
-                    )
+            result = ctl.plain_forward(zt, batch, kwargs.get("on_publish"))
         else:
             result = orig(self, batch, *args, **kwargs)
         ctl.after_forward(batch, result)

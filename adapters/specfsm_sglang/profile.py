@@ -261,7 +261,7 @@ class StartupProfile:
             for x, sock in zip(senders, sockets, strict=True):
                 x.socket = sock
             ctl.fsm.policy = saved_policy
-            ctl._prev_t = 0.0
+            ctl.flight.forget_step()
         ctx = round(obs.ctx_sum / obs.ctx_n) if obs.ctx_n else self.spec.prompt_tokens
         rows = profile_rows(self.schedule.samples, max(1, ctx))
         if ctl.tp_group is not None:

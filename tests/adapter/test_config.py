@@ -283,7 +283,7 @@ def test_engine_shapes_not_wider_than_the_launch_topk() -> None:
 def test_step_kind_names_what_each_mode_runs() -> None:
     """DRAINING's 1-wide forward is a warm step, never a plain one (a policy calibrating its
     PLAIN price from it would double it); warm PLAIN is warm too."""
-    from specfsm_sglang.controller import step_kind
+    from specfsm_sglang.flight import step_kind
 
     from specfsm import Mode
 

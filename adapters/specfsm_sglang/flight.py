@@ -1,0 +1,140 @@
+"""What one rank carries from one hook call to the next: the flight state of its forwards.
+
+- The K-wide forwards launched whose results are not processed yet (with overlap scheduling one
+  may still be in flight when the next forward starts): DRAINING is complete (DRAINED) when
+  none is. Each is kept with the iteration and the draft shape it was launched with: a result's
+  accept lengths belong to the shape it was drafted with, and the observation lines name the
+  round they come from.
+- The accept lengths of the newest processed K-wide verify: the next observation's.
+- RESYNCING's progress: RESYNCED is due when nothing is left. Warm PLAIN counts
+  ``resync_forwards`` forwards down; zero-tax PLAIN holds one until the catch-up reports every
+  request caught up (`ZeroTaxPlain.resync_done`).
+- The previous decode forward (start time, batch size, shape, kind): the time from its start to
+  the next decode forward's start, with no prefill between, is the next observation's
+  ``step_ms``, for a policy that calibrates its step costs online.
+
+Its owner is the controller (`Controller.flight`); the mode actions change it only through its
+methods (DRAINING's exit releases the K-wide forwards, PLAIN and RESYNCING start and end the
+resync).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from specfsm import Mode
+from specfsm.model.acceptance import DraftShape
+
+
+class Flight:
+    """The flight state of one rank's forwards (see the module docstring)."""
+
+    __slots__ = (
+        "_last_correct",
+        "_wide_its",
+        "accept_lens",
+        "accept_shape",
+        "inflight_wide",
+        "prev_bs",
+        "prev_kind",
+        "prev_shape",
+        "prev_t",
+        "resync_forwards",
+        "resync_left",
+    )
+
+    def __init__(self, resync_forwards: int) -> None:
+        #: K-wide forwards launched whose results are not processed yet
+        self.inflight_wide = 0
+        #: what RESYNCING has left to do (0: RESYNCED is due)
+        self.resync_left = 0
+        #: warm PLAIN: the decode forwards RESYNCING lasts
+        self.resync_forwards = resync_forwards
+        #: the newest processed K-wide verify's accept lengths, and the shape it verified
+        self.accept_lens: tuple[int, ...] = ()
+        self.accept_shape: DraftShape | None = None
+        #: the previous decode forward: start time (0.0: none to report), bs, shape, kind
+        self.prev_t = 0.0
+        self.prev_bs = 0
+        self.prev_shape: DraftShape | None = None
+        self.prev_kind = ""
+        # (iteration, shape) of the K-wide forwards in flight, oldest first
+        self._wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
+        # the verify SGLang just completed: correct drafts per request, until its result is
+        # processed
+        self._last_correct: list[int] | None = None
+
+    # ------------------------------------------------------------ K-wide forwards in flight
+    def wide_launched(self, iteration: int, shape: DraftShape | None) -> None:
+        """A K-wide forward of `shape` returned to the scheduler; its result is pending."""
+        self.inflight_wide += 1
+        self._wide_its.append((iteration, shape))
+
+    def verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
+        self._last_correct = num_correct_drafts_per_req
+
+    def other_result(self) -> None:
+        """A result that is not a K-wide verify's was processed: no accept lengths to take."""
+        self._last_correct = None
+
+    def wide_processed(self, iteration: int, shape: DraftShape | None) -> int | None:
+        """A K-wide result was processed: it leaves flight and its verify's accept lengths
+        become the next observation's; returns the iteration of the round they come from (None:
+        no verify was reported for it). `iteration` and `shape` stand in for a result launched
+        before anything was counted."""
+        if self.inflight_wide > 0:
+            self.inflight_wide -= 1
+        round_it, round_shape = self._wide_its.popleft() if self._wide_its else (iteration, shape)
+        correct = self._last_correct
+        if correct is None:
+            return None
+        self.accept_lens = tuple(n + 1 for n in correct)
+        self.accept_shape = round_shape
+        self._last_correct = None
+        return round_it
+
+    def release_wide(self) -> None:
+        """DRAINING's exit: specfsm holds no reference to a K-wide forward any more."""
+        self.inflight_wide = 0
+
+    # ------------------------------------------------------------ RESYNCING's progress
+    def start_resync(self, zero_tax: bool) -> None:
+        """RESYNCING entered: zero-tax waits for the catch-up (`end_resync`), warm PLAIN for
+        ``resync_forwards`` forwards (`resync_forward`)."""
+        self.resync_left = 1 if zero_tax else self.resync_forwards
+
+    def resync_forward(self) -> None:
+        """One warm RESYNCING forward ran."""
+        self.resync_left -= 1
+
+    def end_resync(self) -> None:
+        """Nothing left to catch up (or RESYNCING left): RESYNCED is due / nothing pending."""
+        self.resync_left = 0
+
+    # ------------------------------------------------------------ the previous decode forward
+    def note_step(self, t: float, bs: int, shape: DraftShape | None, kind: str) -> None:
+        """A decode forward of `bs` requests starts at `t`, drafting `shape` (None: not
+        SPECULATING), running `kind` (`step_kind`)."""
+        self.prev_t = t
+        self.prev_bs = bs
+        self.prev_shape = shape
+        self.prev_kind = kind
+
+    def forget_step(self) -> None:
+        """The next decode forward's step time would include other work (a prefill, the
+        start-up profile's end): it is not reported (step_ms 0)."""
+        self.prev_t = 0.0
+
+
+def step_kind(mode: Mode, zero_tax: bool) -> str:
+    """What a decode forward in `mode` runs, as `Observation.step_kind` names it for a policy
+    that calibrates its step costs: "spec" (SPECULATING), "plain" (a zero-tax PLAIN step: one
+    target decode forward), "resync" (a zero-tax RESYNCING step: a PLAIN step + the catch-up),
+    "warm" (the 1-wide state's 1-token verify + 1-token draft-extend: DRAINING's forward, and
+    PLAIN / RESYNCING with ``plain: "warm"``). DRAINING's forward reported as "plain" poisoned
+    the policy's PLAIN price by ~2x on the H200 (the tree run at 32 requests)."""
+    if mode is Mode.SPECULATING:
+        return "spec"
+    if mode is Mode.DRAINING or not zero_tax:
+        return "warm"
+    return "resync" if mode is Mode.RESYNCING else "plain"
