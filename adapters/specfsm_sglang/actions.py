@@ -23,11 +23,14 @@ What each mode owns in SGLang 0.5.23 (see docs/sglang.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from specfsm import TransitionInfo
+from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import relay
 from specfsm_sglang.flight import Flight
+from specfsm_sglang.runtime_states import EngineStates
 
 
 class SGLangModeActions:
@@ -36,20 +39,21 @@ class SGLangModeActions:
     def __init__(
         self,
         worker: Any,
-        spec_state: Any,
-        plain_state: Any,
-        ctl: Any,
+        states: EngineStates,
         flight: Flight,
-        zero_tax: Any = None,
+        current_shape: Callable[[], DraftShape | None],
     ) -> None:
         self.worker = worker
-        self.spec_state = spec_state
-        self.plain_state = plain_state
-        self.ctl = ctl  # the controller: the shapes' states and the machine's current shape
+        #: the runtime states to attach (built at start-up)
+        self.states = states
+        self.spec_state = states.spec_state
+        self.plain_state = states.plain_state
         #: the K-wide forwards in flight (DRAINING's) and RESYNCING's progress
         self.flight = flight
+        #: the machine's current draft shape (SPECULATING attaches its state)
+        self.current_shape = current_shape
         #: PLAIN's own decode state and lag buffer (specfsm_sglang.plain.ZeroTaxPlain), or None
-        self.zero_tax = zero_tax
+        self.zero_tax = states.zero_tax
 
     def _attach(self, state: Any) -> None:
         """Attach a pre-built runtime state to the worker, completely.
@@ -60,8 +64,7 @@ class SGLangModeActions:
         """
         w = self.worker
         dw = w._draft_worker
-        topk_of = getattr(self.ctl, "topk_of", None)
-        topk = int(topk_of(state)) if topk_of is not None else int(w.topk)
+        topk = self.states.topk_of(state)
         if (
             w.topk == topk
             and dw.topk == topk
@@ -80,11 +83,10 @@ class SGLangModeActions:
 
     def _shape_state(self) -> Any:
         """The runtime state of the machine's current shape (the launch shape's by default)."""
-        states = getattr(self.ctl, "shape_states", None)
-        fsm = getattr(self.ctl, "fsm", None)
-        if states and fsm is not None and fsm.shape in states:
-            return states[fsm.shape]
-        return self.spec_state
+        shape = self.current_shape()
+        if shape is None:
+            return self.spec_state
+        return self.states.shape_states.get(shape, self.spec_state)
 
     # SPECULATING -------------------------------------------------------------------------
     def enter_speculating(self, t: TransitionInfo) -> None:
@@ -96,9 +98,10 @@ class SGLangModeActions:
         # in flight (overlap) completes with the state it was launched with (its verify
         # tensors live on that batch, the runtime state only shapes new forwards), and its
         # accept lengths are attributed to the old shape (`Flight.wide_processed`).
-        if t.shape is None or t.shape not in self.ctl.shape_states:
+        states = self.states.shape_states
+        if t.shape is None or t.shape not in states:
             raise RuntimeError(f"RESHAPE to a shape with no runtime state: {t.shape!r}")
-        self._attach(self.ctl.shape_states[t.shape])
+        self._attach(states[t.shape])
 
     def exit_speculating(self, t: TransitionInfo) -> None:
         # The K-wide state is NOT released here: a batch launched with it may be in flight

@@ -42,8 +42,7 @@ from specfsm import (
     TransitionRecord,
     json_logger,
 )
-from specfsm.model.acceptance import DraftShape
-from specfsm_sglang import compat, relay
+from specfsm_sglang import compat
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 from specfsm_sglang.control import ControlFile, parse_control
@@ -51,8 +50,9 @@ from specfsm_sglang.flight import Flight, step_kind
 from specfsm_sglang.paths import prepare_log
 from specfsm_sglang.profile_schedule import ProfileResult, seed_calibration
 from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.runtime_states import EngineStates
 from specfsm_sglang.schema import Config
-from specfsm_sglang.server_checks import check_policy_shape, engine_shapes, policy_shapes
+from specfsm_sglang.server_checks import check_policy_shape, policy_shapes
 from specfsm_sglang.values import make_policy
 
 if TYPE_CHECKING:
@@ -126,58 +126,22 @@ class Controller:
         cfg: Config,
         extensions: Sequence[ControllerExtension] = (),
     ) -> None:
-        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
-
         self.worker = worker
         self.cfg = cfg
         self.rank = compat.tp_rank()
-        self.topk = int(worker.topk)
-        self.spec_steps = int(worker.speculative_num_steps)
-        self.spec_tokens = int(worker.speculative_num_draft_tokens)
         self.overlap = not bool(getattr(server_args, "disable_overlap_schedule", True))
-        dw = worker._draft_worker
-        tmr = worker._target_worker.model_runner
-        # The K-wide state SGLang built at start-up, registered as upstream's adaptive does.
-        self.spec_state = SpecRuntimeState(
-            speculative_num_steps=self.spec_steps,
-            speculative_num_draft_tokens=self.spec_tokens,
-            draft_attn_backend=dw.draft_attn_backend,
-            cuda_graph_runner=dw.cuda_graph_runner,
-            target_attn_backend=tmr.attn_backend,
-            target_graph_runner=tmr.decode_cuda_graph_runner,
-            draft_extend_attn_backend=dw.draft_extend_attn_backend,
-            cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
-        )
-        #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
-        self.graph_bs = _graph_bs()
-        t0 = time.perf_counter()
-        self.plain_state = worker.build_adaptive_runtime_state(
-            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
-        )
-        self.build_plain_s = time.perf_counter() - t0
+        #: every runtime state the worker switches between, built now
+        self.states = states = EngineStates(worker, cfg)
+        #: the server's launch width (the relay's: `relay`)
+        self.topk = states.topk
+        self.spec_steps = states.spec_steps
+        self.spec_tokens = states.spec_tokens
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
-        #: each with its pre-built runtime state (the launch shape's is SGLang's own)
-        self.launch_shape = DraftShape(self.topk, self.spec_steps, self.spec_tokens)
-        self.shape_states: dict[DraftShape, Any] = {self.launch_shape: self.spec_state}
-        #: per shape: build seconds and device bytes (0 on CPU), for the config log line
-        self.shape_builds: dict[str, dict[str, float]] = {}
-        shapes = engine_shapes(cfg, self.launch_shape)[1:]
-        narrower = any(s.topk != self.topk for s in shapes)
-        if narrower and (miss := relay.missing_methods(worker)):
-            raise ConfigError(
-                "shapes",
-                f"shapes of another top-k than the server's need the draft worker's {miss}, "
-                f"which this SGLang ({compat.sglang_version()}) lacks",
-            )
-        if self.graph_bs and shapes:
-            # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
-            widest = max(s.draft_tokens for s in (self.launch_shape, *shapes))
-            compat.grow_graph_logits(worker, max(self.graph_bs) * widest)
-        for shape in shapes:
-            self.shape_states[shape] = self._build_shape_state(shape)
-        if narrower:
-            # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
-            relay.install(worker, self.topk)
+        #: with its runtime state
+        self.launch_shape = states.launch_shape
+        self.shape_states = states.shape_states
+        #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
+        self.zero_tax = states.zero_tax
 
         #: what is in flight between the hooks' calls, read by the completion events; the mode
         #: actions change it through its methods
@@ -188,15 +152,7 @@ class Controller:
 
         #: called at the points ControllerObserver documents (see there)
         self.observers: list[ControllerObserver] = []
-        #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
-        self.zero_tax: ZeroTaxPlain | None = None
-        if cfg.plain == "zero_tax":
-            from specfsm_sglang.plain import ZeroTaxPlain
-
-            self.zero_tax = ZeroTaxPlain(worker, cfg.lag_tokens, cfg.catchup_tokens)
-        actions: Any = SGLangModeActions(
-            worker, self.spec_state, self.plain_state, self, self.flight, self.zero_tax
-        )
+        actions: Any = SGLangModeActions(worker, states, self.flight, lambda: self.fsm.shape)
         for ext in extensions:
             actions = ext.wrap_actions(self, actions)
         # checked (directory created) in the parent; again here for this rank's path
@@ -266,10 +222,10 @@ class Controller:
                     if self.zero_tax is not None
                     else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
                 ),
-                "build_plain_state_s": round(self.build_plain_s, 3),
+                "build_plain_state_s": round(states.build_plain_s, 3),
                 "shape_states": {
                     "launch": self.launch_shape.label(),
-                    **self.shape_builds,
+                    **states.shape_builds,
                 },
                 **{k: v for k, v in cfg.as_dict().items() if k != "policy"},
                 "policy": self.fsm.policy.describe(),
@@ -280,44 +236,6 @@ class Controller:
         if Mode[cfg.initial_mode] is Mode.PLAIN:
             self.fsm.process_event(Event.LOAD_HIGH, None, "initial_mode: PLAIN")
             self.fsm.process_event(Event.DRAINED, None, "start-up: no batch in flight")
-
-    def _build_shape_state(self, shape: DraftShape) -> Any:
-        """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA
-        graphs, `build_adaptive_runtime_state`), its time and device memory recorded; a shape
-        that does not fit refuses the start-up with the reason (ConfigError)."""
-        import torch
-
-        cuda = torch.cuda.is_available()
-        free0 = torch.cuda.mem_get_info()[0] if cuda else 0
-        t0 = time.perf_counter()
-        try:
-            with relay.build_topk(self.worker, shape.topk, self.topk):
-                state = self.worker.build_adaptive_runtime_state(
-                    speculative_num_steps=shape.steps,
-                    speculative_num_draft_tokens=shape.draft_tokens,
-                    cuda_graph_bs=self.graph_bs,
-                )
-        except torch.OutOfMemoryError as exc:
-            raise ConfigError(
-                "shapes",
-                f"the runtime state of {shape.label()} does not fit in device memory "
-                f"({free0 / 2**20:.0f} MiB were free before building it; states built so far: "
-                f"{self.shape_builds}): drop shapes or lower --mem-fraction-static ({exc})",
-            ) from None
-        except Exception as exc:
-            # e.g. a graph capture SGLang sized for the launch shape only: refuse in one line
-            # naming the shape instead of a scheduler traceback
-            raise ConfigError(
-                "shapes",
-                f"building the runtime state of {shape.label()} failed: "
-                f"{type(exc).__name__}: {exc}"[:600],
-            ) from exc
-        used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
-        self.shape_builds[shape.label()] = {
-            "build_s": round(time.perf_counter() - t0, 3),
-            "device_mib": round(used / 2**20, 1),
-        }
-        return state
 
     def apply_profile(self, result: ProfileResult) -> None:
         """Price the configured goodput policy with the start-up profile's rows (its
@@ -356,14 +274,6 @@ class Controller:
         if self.profile_path and spec.get("name") == "goodput" and "profile" not in spec:
             return {**spec, "profile": self.profile_path}
         return spec
-
-    def topk_of(self, state: Any) -> int:
-        """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
-        launch and the 1-wide states)."""
-        for shape, st in self.shape_states.items():
-            if st is state:
-                return shape.topk
-        return self.topk
 
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
@@ -598,21 +508,3 @@ class Controller:
             {"control": "applied", "request": content, "policy": policy.describe()},
             iteration=self.iteration,
         )
-
-
-def _graph_bs() -> list[int] | None:
-    """The decode CUDA-graph batch sizes, or None when graphs are off (CPU)."""
-    try:
-        from sglang.srt.model_executor.cuda_graph_config import (
-            Backend,
-            Phase,
-            check_cuda_graph_backend,
-        )
-        from sglang.srt.runtime_context import get_exec
-
-        if check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):
-            return None
-        bs = get_exec().graph.cuda_graph_bs_decode
-        return list(bs) if bs else None
-    except Exception:
-        return None

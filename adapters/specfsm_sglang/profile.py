@@ -109,7 +109,7 @@ class StartupProfile:
         """The batch sizes to profile (configured, or the decode graph sizes), each checked
         against max_running_requests and the KV pool; the rest go to `skipped` with why."""
         sched = self.scheduler
-        want = list(self.spec.bs or self.ctl.graph_bs or NO_GRAPH_BS)
+        want = list(self.spec.bs or self.ctl.states.graph_bs or NO_GRAPH_BS)
         cap = int(getattr(sched, "max_running_requests", 0) or 0) or max(want)
         pool = int(getattr(sched, "max_total_num_tokens", 0) or 0)
         per_req = self.spec.prompt_tokens + self.max_new_tokens() + 2 * self._widest_kv()

@@ -53,7 +53,7 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
     """An error while SGLang builds a shape's runtime state becomes a ConfigError naming the
     shape (one refusal line at start-up), not a scheduler traceback."""
     from specfsm_sglang.config import ConfigError
-    from specfsm_sglang.controller import Controller
+    from specfsm_sglang.runtime_states import EngineStates
 
     from specfsm.model.acceptance import DraftShape
 
@@ -67,6 +67,6 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
         graph_bs=None,
     )
     with pytest.raises(ConfigError) as exc:
-        Controller._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
+        EngineStates._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
     assert str(exc.value).startswith("shapes: building the runtime state of chain5 failed")
     assert "needs 384" in str(exc.value)

@@ -1,0 +1,155 @@
+"""The runtime states one rank's EAGLE worker switches between, all built at start-up.
+
+- SPECULATING's K-wide state of the launch shape: SGLang's own, built at start-up and registered
+  here as upstream's adaptive speculation does;
+- the 1-wide state (steps=0, one verify token): DRAINING's, and PLAIN's with ``plain: "warm"``;
+- one K-wide state per other configured shape (config ``shapes``) SPECULATING may RESHAPE to,
+  built with SGLang's `build_adaptive_runtime_state` (draft / verify / draft-extend backends and
+  CUDA graphs), its build time and device memory recorded for the config log line; a shape of
+  another top-k than the server's is built and drafted through the relay (`relay`);
+- PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
+
+A state that does not fit, or that SGLang fails to build, refuses the start-up in one line
+(`ConfigError` naming the shape). Attaching a state is the mode actions' job (`actions`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from specfsm.model.acceptance import DraftShape
+from specfsm_sglang import compat, relay
+from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.schema import Config
+from specfsm_sglang.server_checks import engine_shapes
+
+if TYPE_CHECKING:
+    from specfsm_sglang.plain import ZeroTaxPlain
+
+
+class EngineStates:
+    """Every runtime state of one worker (see the module docstring)."""
+
+    def __init__(self, worker: Any, cfg: Config) -> None:
+        from sglang.srt.speculative.adaptive_runtime_state import SpecRuntimeState
+
+        self.worker = worker
+        #: the server's launch width: top-k, steps and draft tokens (the relay's width is its
+        #: top-k whatever shape drafts)
+        self.topk = int(worker.topk)
+        self.spec_steps = int(worker.speculative_num_steps)
+        self.spec_tokens = int(worker.speculative_num_draft_tokens)
+        dw = worker._draft_worker
+        tmr = worker._target_worker.model_runner
+        # The K-wide state SGLang built at start-up, registered as upstream's adaptive does.
+        self.spec_state = SpecRuntimeState(
+            speculative_num_steps=self.spec_steps,
+            speculative_num_draft_tokens=self.spec_tokens,
+            draft_attn_backend=dw.draft_attn_backend,
+            cuda_graph_runner=dw.cuda_graph_runner,
+            target_attn_backend=tmr.attn_backend,
+            target_graph_runner=tmr.decode_cuda_graph_runner,
+            draft_extend_attn_backend=dw.draft_extend_attn_backend,
+            cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
+        )
+        #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
+        self.graph_bs = _graph_bs()
+        t0 = time.perf_counter()
+        self.plain_state = worker.build_adaptive_runtime_state(
+            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
+        )
+        self.build_plain_s = time.perf_counter() - t0
+        #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
+        #: each with its pre-built runtime state (the launch shape's is SGLang's own)
+        self.launch_shape = DraftShape(self.topk, self.spec_steps, self.spec_tokens)
+        self.shape_states: dict[DraftShape, Any] = {self.launch_shape: self.spec_state}
+        #: per shape: build seconds and device bytes (0 on CPU), for the config log line
+        self.shape_builds: dict[str, dict[str, float]] = {}
+        shapes = engine_shapes(cfg, self.launch_shape)[1:]
+        narrower = any(s.topk != self.topk for s in shapes)
+        if narrower and (miss := relay.missing_methods(worker)):
+            raise ConfigError(
+                "shapes",
+                f"shapes of another top-k than the server's need the draft worker's {miss}, "
+                f"which this SGLang ({compat.sglang_version()}) lacks",
+            )
+        if self.graph_bs and shapes:
+            # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
+            widest = max(s.draft_tokens for s in (self.launch_shape, *shapes))
+            compat.grow_graph_logits(worker, max(self.graph_bs) * widest)
+        for shape in shapes:
+            self.shape_states[shape] = self._build_shape_state(shape)
+        if narrower:
+            # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
+            relay.install(worker, self.topk)
+        #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
+        self.zero_tax: ZeroTaxPlain | None = None
+        if cfg.plain == "zero_tax":
+            from specfsm_sglang.plain import ZeroTaxPlain
+
+            self.zero_tax = ZeroTaxPlain(worker, cfg.lag_tokens, cfg.catchup_tokens)
+
+    def _build_shape_state(self, shape: DraftShape) -> Any:
+        """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA
+        graphs, `build_adaptive_runtime_state`), its time and device memory recorded; a shape
+        that does not fit refuses the start-up with the reason (ConfigError)."""
+        import torch
+
+        cuda = torch.cuda.is_available()
+        free0 = torch.cuda.mem_get_info()[0] if cuda else 0
+        t0 = time.perf_counter()
+        try:
+            with relay.build_topk(self.worker, shape.topk, self.topk):
+                state = self.worker.build_adaptive_runtime_state(
+                    speculative_num_steps=shape.steps,
+                    speculative_num_draft_tokens=shape.draft_tokens,
+                    cuda_graph_bs=self.graph_bs,
+                )
+        except torch.OutOfMemoryError as exc:
+            raise ConfigError(
+                "shapes",
+                f"the runtime state of {shape.label()} does not fit in device memory "
+                f"({free0 / 2**20:.0f} MiB were free before building it; states built so far: "
+                f"{self.shape_builds}): drop shapes or lower --mem-fraction-static ({exc})",
+            ) from None
+        except Exception as exc:
+            # e.g. a graph capture SGLang sized for the launch shape only: refuse in one line
+            # naming the shape instead of a scheduler traceback
+            raise ConfigError(
+                "shapes",
+                f"building the runtime state of {shape.label()} failed: "
+                f"{type(exc).__name__}: {exc}"[:600],
+            ) from exc
+        used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
+        self.shape_builds[shape.label()] = {
+            "build_s": round(time.perf_counter() - t0, 3),
+            "device_mib": round(used / 2**20, 1),
+        }
+        return state
+
+    def topk_of(self, state: Any) -> int:
+        """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
+        launch and the 1-wide states)."""
+        for shape, st in self.shape_states.items():
+            if st is state:
+                return shape.topk
+        return self.topk
+
+
+def _graph_bs() -> list[int] | None:
+    """The decode CUDA-graph batch sizes, or None when graphs are off (CPU)."""
+    try:
+        from sglang.srt.model_executor.cuda_graph_config import (
+            Backend,
+            Phase,
+            check_cuda_graph_backend,
+        )
+        from sglang.srt.runtime_context import get_exec
+
+        if check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):
+            return None
+        bs = get_exec().graph.cuda_graph_bs_decode
+        return list(bs) if bs else None
+    except Exception:
+        return None
