@@ -4,32 +4,70 @@ and on the worker in each mode, checked before every decode forward (``contracts
 A violation is a one-line diagnosis naming the field, what the mode allows and what is there
 (`specfsm.fsm.contracts`); the controller raises it before the forward would crash deep inside
 a kernel (the seeds' "size of tensor a (160) must match ..." class).
+
+The contracts read one rank through `ContractView` (the worker, the server's launch width, the
+shapes' states, zero-tax PLAIN's decode state, the machine's current shape), nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from specfsm import Contracts, Mode
 from specfsm.fsm.contracts import Violation, describe
+from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, relay
 
-if TYPE_CHECKING:
-    from specfsm_sglang.controller import Controller
+
+class PlainDecodeState(Protocol):
+    """Zero-tax PLAIN's own target decode state (`plain.ZeroTaxPlain`), as the contracts see it."""
+
+    @property
+    def attached(self) -> bool: ...
+    @property
+    def target_attn_backend(self) -> Any: ...
+    @property
+    def target_graph_runner(self) -> Any: ...
+
+
+class ShapeHolder(Protocol):
+    """The machine, as the contracts see it: the draft shape it is in."""
+
+    @property
+    def shape(self) -> DraftShape | None: ...
+
+
+class ContractView(Protocol):
+    """What the contracts read of one rank (the controller is one)."""
+
+    @property
+    def worker(self) -> Any: ...
+    @property
+    def topk(self) -> int: ...
+    @property
+    def spec_steps(self) -> int: ...
+    @property
+    def spec_tokens(self) -> int: ...
+    @property
+    def shape_states(self) -> Mapping[DraftShape, Any]: ...
+    @property
+    def zero_tax(self) -> PlainDecodeState | None: ...
+    @property
+    def fsm(self) -> ShapeHolder: ...
 
 
 class BatchSubject:
-    """What the contracts look at: the worker and the batch about to be forwarded."""
+    """What the contracts look at: the rank's view and the batch about to be forwarded."""
 
-    __slots__ = ("batch", "ctl")
+    __slots__ = ("batch", "view")
 
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
+    def __init__(self, view: ContractView) -> None:
+        self.view = view
         self.batch: Any = None
 
 
-def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
+def build_contracts(view: ContractView, every: int) -> Contracts[BatchSubject]:
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
     def bs(s: BatchSubject) -> int:
@@ -62,10 +100,10 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
                 )
             # the relay width is the server's top-k whatever shape drafts next (a narrower
             # shape reads its first k columns, specfsm_sglang.relay)
-            if field in topk_fields and (len(shape) < 2 or shape[1] != ctl.topk):
+            if field in topk_fields and (len(shape) < 2 or shape[1] != view.topk):
                 return Violation(
                     f"batch.spec_info.{field}",
-                    f"[bs, topk={ctl.topk}] (the server's top-k: the relay width)",
+                    f"[bs, topk={view.topk}] (the server's top-k: the relay width)",
                     describe(value),
                 )
         return None
@@ -77,12 +115,12 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
         (SPECULATING: the forward must be as wide as the shape the last RESHAPE attached)."""
 
         def check(s: BatchSubject) -> Violation | None:
-            w = ctl.worker
+            w = view.worker
             got = (w.speculative_num_steps, w.speculative_num_draft_tokens)
             if want_steps is None or want_tokens is None:
-                shape = ctl.fsm.shape
+                shape = view.fsm.shape
                 if shape is None:
-                    want = (ctl.spec_steps, ctl.spec_tokens)
+                    want = (view.spec_steps, view.spec_tokens)
                 else:
                     want = (shape.steps, shape.draft_tokens)
             else:
@@ -93,19 +131,19 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
                     f"{want} (the attached shape)",
                     str(got),
                 )
-            if want_steps is None and ctl.fsm.shape is not None:
-                state = ctl.shape_states.get(ctl.fsm.shape)
+            if want_steps is None and view.fsm.shape is not None:
+                state = view.shape_states.get(view.fsm.shape)
                 tmr = w._target_worker.model_runner
                 if state is not None and tmr.attn_backend is not state.target_attn_backend:
                     return Violation(
                         "target runner attn_backend",
-                        f"the verify backend of {ctl.fsm.shape.label()}",
+                        f"the verify backend of {view.fsm.shape.label()}",
                         type(tmr.attn_backend).__name__ + " of another state",
                     )
             dw = w._draft_worker
-            want_topk = ctl.topk
-            if want_steps is None and ctl.fsm.shape is not None:
-                want_topk = ctl.fsm.shape.topk
+            want_topk = view.topk
+            if want_steps is None and view.fsm.shape is not None:
+                want_topk = view.fsm.shape.topk
             got_topk = (w.topk, dw.topk, relay.spec_topk())
             if got_topk != (want_topk,) * 3:
                 return Violation(
@@ -127,10 +165,10 @@ def build_contracts(ctl: Controller, every: int) -> Contracts[BatchSubject]:
         def check(s: BatchSubject) -> Violation | None:
             """Zero-tax: the target runner holds PLAIN's decode state exactly in PLAIN and
             RESYNCING (a DECODE batch on a verify graph is the seeds' crash class)."""
-            zt = ctl.zero_tax
+            zt = view.zero_tax
             if zt is None:
                 return None
-            tmr = ctl.worker._target_worker.model_runner
+            tmr = view.worker._target_worker.model_runner
             has = (
                 zt.attached
                 and tmr.attn_backend is zt.target_attn_backend
