@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specfsm_sglang import compat
+
 
 class GlobalLoad:
     """Sum of local decode batch sizes over a process group, divided by the number of ranks
@@ -39,6 +41,25 @@ class GlobalLoad:
         buf[1] = local_ctx_tokens
         self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
         return int(buf[0]) // self.copies, int(buf[1]) // self.copies
+
+
+def rank_groups(server_args: Any) -> tuple[Any, GlobalLoad | None]:
+    """This rank's TP CPU group (a gloo ProcessGroup; None with one TP rank) and, under DP
+    attention, the global load over it; (None, None) in a single process without SGLang's
+    published parallel context."""
+    tp_group: Any = None
+    global_load: GlobalLoad | None = None
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+        if int(par.tp_size) > 1:
+            tp_group = par.tp_group.cpu_group
+        if compat.dp_attention(server_args):
+            global_load = GlobalLoad(tp_group, int(par.attn_tp_size))
+    except Exception:  # single process without published parallel context
+        pass
+    return tp_group, global_load
 
 
 def broadcast_object(obj: Any, group: Any, src_rank_in_group: int = 0) -> Any:

@@ -13,7 +13,12 @@ three points of each iteration:
    become the next observation's.
 
 The controller never changes mode-specific state itself: only SGLangModeActions does, inside
-transitions.
+transitions. Its parts, one job each: the runtime states the worker switches between
+(`runtime_states.EngineStates`), the flight state carried between the hooks' calls
+(`flight.Flight`), which policy the machine decides with and why (`switchboard`, the control
+plane: the configured policy, the start-up profile's pricing, the control file), the
+spec-state contracts (`batch_contracts`) and the mode actions (`actions`). This module is the
+hot path and its extension points.
 
 Extension points (production API, typed): a `ControllerExtension` (registered with
 `hooks.add_extension`) may wrap the ModeActions before the machine is built and add
@@ -25,12 +30,12 @@ and each idle check. With no observer the hot path pays one empty-list test per 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specfsm import (
     Event,
-    FixedPolicy,
     MachineFailed,
     Mode,
     ModeActionError,
@@ -42,22 +47,16 @@ from specfsm import (
     TransitionRecord,
     json_logger,
 )
-from specfsm_sglang import compat
+from specfsm_sglang import compat, consensus
 from specfsm_sglang.actions import SGLangModeActions
 from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
-from specfsm_sglang.control import ControlFile, parse_control
 from specfsm_sglang.flight import Flight, step_kind
 from specfsm_sglang.paths import prepare_log
-from specfsm_sglang.profile_schedule import ProfileResult, seed_calibration
-from specfsm_sglang.refusal import ConfigError
 from specfsm_sglang.runtime_states import EngineStates
 from specfsm_sglang.schema import Config
-from specfsm_sglang.server_checks import check_policy_shape, policy_shapes
-from specfsm_sglang.values import make_policy
+from specfsm_sglang.switchboard import PolicySwitchboard
 
 if TYPE_CHECKING:
-    from specfsm import Policy
-    from specfsm_sglang.consensus import GlobalLoad
     from specfsm_sglang.metrics import Metrics
     from specfsm_sglang.plain import ZeroTaxPlain
 
@@ -116,8 +115,9 @@ class ControllerExtension(Protocol):
         ...
 
 
-class Controller:
-    """specfsm inside one scheduler rank."""
+class Controller(PolicySwitchboard):
+    """specfsm inside one scheduler rank: the hot path the hooks call, its observers, and its
+    parts (`states`, `flight`, the machine `fsm`, `contracts`; the switchboard it inherits)."""
 
     def __init__(
         self,
@@ -176,35 +176,13 @@ class Controller:
         self._subject = BatchSubject(self)
         self.contract_ns = 0
 
-        self.global_load: GlobalLoad | None = None
-        self.tp_group: Any = None  # torch.distributed ProcessGroup (gloo) when tp_size > 1
-        try:
-            from sglang.srt.runtime_context import get_parallel
+        #: the TP ranks' CPU group (None: one rank) and, with DP attention, the global load
+        self.tp_group, self.global_load = consensus.rank_groups(server_args)
 
-            par = get_parallel()
-            if int(par.tp_size) > 1:
-                self.tp_group = par.tp_group.cpu_group
-            if compat.dp_attention(server_args):
-                from specfsm_sglang.consensus import GlobalLoad
-
-                self.global_load = GlobalLoad(self.tp_group, int(par.attn_tp_size))
-        except Exception:  # single process without published parallel context
-            pass
-
-        #: the start-up profile's CSV (`apply_profile`), and the configured policy's spec
-        #: (priced with it once there is one): what an unpin goes back to
-        self.profile_path: str | None = None
-        self.profile_rows: list[tuple[str, int, int, int, float]] = []
-        self.policy_spec: dict[str, Any] = cfg.policy
-        self.control_file = cfg.control_file
-        self.control_every = cfg.control_every
-        self._control = ControlFile(cfg.control_file or "")
+        self._init_switchboard(cfg)
         self._policy_faults_seen = 0
         #: mode actions that failed (each one a FAULT transition to PLAIN)
         self.action_failures = 0
-        #: control-file polls, and the longest one (ns): the poll must never block
-        self.control_polls = 0
-        self.control_poll_max_ns = 0
         self.fsm.listeners.append(self._on_transition)
         # created at the end of Scheduler.__init__ (start_metrics), with SGLang's labels
         self.metrics: Metrics | None = None
@@ -237,44 +215,6 @@ class Controller:
             self.fsm.process_event(Event.LOAD_HIGH, None, "initial_mode: PLAIN")
             self.fsm.process_event(Event.DRAINED, None, "start-up: no batch in flight")
 
-    def apply_profile(self, result: ProfileResult) -> None:
-        """Price the configured goodput policy with the start-up profile's rows (its
-        ``profile``: `specfsm_sglang.profile`) and log what was measured; with no row measured
-        the configured policy stays as built. ConfigError when the policy refuses the rows."""
-        prof: dict[str, object] = {
-            "path": result.path,
-            "seconds": result.seconds,
-            "rows": len(result.rows),
-            "ctx": result.ctx,
-            "phases": result.phases,
-            "skipped": result.skipped,
-        }
-        line: dict[str, object] = {"profile": prof}
-        if result.rows:
-            self.profile_path = result.path
-            self.profile_rows = result.rows
-            self.policy_spec = self.with_profile(self.cfg.policy)
-            self.fsm.policy, prof["seeded"] = self._profiled_policy(self.policy_spec, "profile")
-            line["policy"] = self.fsm.policy.describe()
-        else:
-            prof["note"] = "nothing measured: the policy keeps its table"
-        self.log.config(line, iteration=self.iteration)
-
-    def _profiled_policy(self, spec: dict[str, Any], key: str) -> tuple[Policy, int]:
-        """The policy of `spec` priced with the start-up profile (`with_profile`), its profiled
-        points seeded as measured in its calibration; with the number of points seeded."""
-        policy = make_policy(self.with_profile(spec), key=key)
-        if not self.profile_rows:
-            return policy, 0
-        return policy, seed_calibration(policy, self.profile_rows)
-
-    def with_profile(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """`spec` priced with this engine's start-up profile: a goodput policy naming no
-        ``profile`` of its own gets it (the configured one, an unpin, a control-file swap)."""
-        if self.profile_path and spec.get("name") == "goodput" and "profile" not in spec:
-            return {**spec, "profile": self.profile_path}
-        return spec
-
     def start_metrics(self, labels: dict[str, str] | None) -> None:
         """Prometheus series with SGLang's scheduler labels (`compat.metrics_labels`), on the
         rank that exports SGLang's scheduler series; None: this rank exports nothing."""
@@ -285,6 +225,15 @@ class Controller:
             self.metrics.close()
         self.metrics = metrics.maybe_create(labels, self.fsm.mode, policy_name(self.fsm.policy))
 
+    @contextmanager
+    def observing(self, observer: ControllerObserver) -> Iterator[None]:
+        """`observer` sees this controller meanwhile (the start-up profile's)."""
+        self.observers.append(observer)
+        try:
+            yield
+        finally:
+            self.observers.remove(observer)
+
     # ------------------------------------------------------------------ hot path
     def before_forward(self, batch: Any) -> None:
         """Decide (and transition if due), emit completion events, check contracts."""
@@ -294,12 +243,7 @@ class Controller:
             for o in observers:
                 o.before_decide(self, batch)
         if self.control_file is not None and it % self.control_every == 0:
-            t0 = time.perf_counter_ns()
-            self._poll_control()
-            dt = time.perf_counter_ns() - t0
-            self.control_polls += 1
-            if dt > self.control_poll_max_ns:
-                self.control_poll_max_ns = dt
+            self.timed_poll()
         bs = compat.local_batch_size(batch)
         mean_ctx = 0  # 0: not measured (the log line then has no mean_ctx)
         if getattr(self.fsm.policy, "ctx_aware", False):
@@ -448,63 +392,3 @@ class Controller:
             self.metrics.transition(rec)
         for o in self.observers:
             o.on_transition(self, rec)
-
-    # ------------------------------------------------------------------ runtime control
-    def _poll_control(self) -> None:
-        """Re-read the control file when it changed (rank 0 reads, every TP rank applies).
-
-        Never blocks: the file is opened only when ``os.stat`` says it is a regular file whose
-        (mtime, size, inode) changed and that holds at most MAX_CONTROL_BYTES; a FIFO, a
-        directory, a device or an oversized file is refused with one log line, never opened.
-        """
-        msg: Any = None
-        if self.rank == 0:
-            msg = self._control.read()
-        if self.tp_group is not None:
-            from specfsm_sglang.consensus import broadcast_object
-
-            msg = broadcast_object(msg, self.tp_group)
-        if msg is None:
-            return
-        kind, payload = msg
-        if kind == "refused":
-            self._log_control("refused", payload)
-        else:
-            self.apply_control(payload)
-
-    def _log_control(self, outcome: str, reason: str, *request: Any) -> None:
-        line: dict[str, object] = {"control": outcome, "reason": reason}
-        if request:
-            line["request"] = request[0]
-        self.log.config(line, iteration=self.iteration)
-
-    def apply_control(self, content: Any) -> None:
-        """Pin a mode, unpin, or swap the policy, after checking the content with the config's
-        schema (and a goodput policy's shape against this server's); every refusal is logged as
-        specfsm.config with control=refused and the reason, every change with control=applied."""
-        try:
-            change = parse_control(content)
-            if change.kind == "pin":
-                policy: Policy = FixedPolicy(change.pin == "SPECULATING")
-            elif change.kind == "policy":
-                check_policy_shape(
-                    change.policy, (self.topk, self.spec_steps, self.spec_tokens), "control.policy"
-                )
-                for s in policy_shapes(change.policy):
-                    if s not in self.shape_states:
-                        raise ConfigError(
-                            "control.policy.shapes",
-                            f"{s.label()} has no runtime state on this server (built: "
-                            f'{[b.label() for b in self.shape_states]}; config key "shapes")',
-                        )
-                policy, _ = self._profiled_policy(change.policy or {}, "control.policy")
-            else:  # unpin: back to the configured one
-                policy, _ = self._profiled_policy(self.policy_spec, "policy")
-        except ConfigError as exc:
-            self._log_control("refused", str(exc), content)
-            return
-        self.fsm.policy = policy
-        self.log.config(
-            {"control": "applied", "request": content, "policy": policy.describe()},
-            iteration=self.iteration,
-        )

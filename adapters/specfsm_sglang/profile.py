@@ -238,30 +238,26 @@ class StartupProfile:
         sizes = self.batch_sizes()
         # a warm-up phase at the smallest size first (first calls, lazy allocations, JIT)
         self._todo = [sizes[0], *sizes] if sizes else []
-        saved_policy = ctl.fsm.policy
         # the profile's outputs (and aborts) go nowhere, as on a TP rank other than 0
         senders = [sched.ipc_channels.send_to_detokenizer, sched.ipc_channels.send_to_tokenizer]
         sockets = [x.socket for x in senders]
         receiver = sched.request_receiver
         obs = _Observer(self)
-        ctl.fsm.policy = self.schedule
-        for x in senders:
-            x.socket = None
-        sched.request_receiver = _Receiver(receiver, self)
-        ctl.observers.append(obs)
-        try:
-            if self._todo:
-                self._start_phase(self._todo.pop(0))
-                sched.run_event_loop()
-        finally:
-            sched.gracefully_exit = False
-            sched.last_batch = None
-            ctl.observers.remove(obs)
-            sched.request_receiver = receiver
-            for x, sock in zip(senders, sockets, strict=True):
-                x.socket = sock
-            ctl.fsm.policy = saved_policy
-            ctl.flight.forget_step()
+        with ctl.installed(self.schedule), ctl.observing(obs):
+            for x in senders:
+                x.socket = None
+            sched.request_receiver = _Receiver(receiver, self)
+            try:
+                if self._todo:
+                    self._start_phase(self._todo.pop(0))
+                    sched.run_event_loop()
+            finally:
+                sched.gracefully_exit = False
+                sched.last_batch = None
+                sched.request_receiver = receiver
+                for x, sock in zip(senders, sockets, strict=True):
+                    x.socket = sock
+                ctl.flight.forget_step()
         ctx = round(obs.ctx_sum / obs.ctx_n) if obs.ctx_n else self.spec.prompt_tokens
         rows = profile_rows(self.schedule.samples, max(1, ctx))
         if ctl.tp_group is not None:
