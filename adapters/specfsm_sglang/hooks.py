@@ -30,6 +30,7 @@ from specfsm_sglang import compat, config
 from specfsm_sglang.refusal import ConfigError, refuse
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import check_server
+from specfsm_sglang.values import ProfileSpec
 
 if TYPE_CHECKING:
     from specfsm_sglang.controller import Controller, ControllerExtension
@@ -40,9 +41,11 @@ CONTROLLER_ATTR = "_specfsm_controller"
 class _State:
     """This process's specfsm state (one scheduler rank per process)."""
 
-    __slots__ = ("controller", "tokenizer_active")
+    __slots__ = ("cfg", "controller", "tokenizer_active")
 
     def __init__(self) -> None:
+        #: the configuration the scheduler-process hooks serve (`register`)
+        self.cfg: Config | None = None
         self.controller: Controller | None = None
         #: the tokenizer-side accept-length hook rewrites SGLang's metric (an engine with specfsm)
         self.tokenizer_active = False
@@ -153,128 +156,154 @@ def ensure_tokenizer_side() -> None:
 
 
 def register(cfg: Config) -> None:
+    """Register the hooks of a process whose engine asks for specfsm with `cfg` (the table in
+    the module docstring; the scheduler-process ones do nothing in a process that builds no
+    controller)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     s = compat.surface()
+    _state.cfg = cfg
     _state.tokenizer_active = True
-
-    def check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
-        # normally refused in the parent already (launch_check); the scheduler checks again
-        try:
-            check_server(cfg, server_args)
-        except ConfigError as exc:
-            refuse(exc)
-
-    def check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        worker = getattr(self, "draft_worker", None)
-        ctl = None if worker is None else getattr(worker, CONTROLLER_ATTR, None)
-        if ctl is None:
-            refuse(
-                ConfigError(
-                    "hooks",
-                    "its worker hooks did not run (was EAGLEWorkerV2 patched by another plugin "
-                    "first?); refusing to serve without specfsm",
-                )
-            )
-        # SGLang's metrics collector exists by now (init_metrics_collector runs before
-        # init_model_worker); specfsm's series take its labels on the rank that exports them
-        ctl.start_metrics(compat.metrics_labels(self))
-        spec = cfg.profile_spec
-        if spec is not None:
-            from specfsm_sglang.profile import StartupProfile
-
-            try:
-                ctl.apply_profile(StartupProfile(spec, ctl, self).run())
-            except ConfigError as exc:
-                refuse(exc)
-            except Exception as exc:  # refuse in one line naming the profile, not a traceback
-                refuse(
-                    ConfigError(
-                        "profile",
-                        f"the start-up profile failed: {type(exc).__name__}: {exc}"[:600]
-                        + ' (start without "profile" to serve on the shipped table)',
-                    )
-                )
-
-    def after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        from specfsm_sglang.controller import Controller
-
-        try:
-            ctl = Controller(self, self.server_args, cfg, tuple(_extensions))
-        except ConfigError as exc:  # e.g. the lag buffer does not fit: refuse in one line
-            refuse(exc)
-        setattr(self, CONTROLLER_ATTR, ctl)
-        _state.controller = ctl
-
-    def around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        ctl = _state.controller
-        if ctl is None:
-            return orig(self, batch, *args, **kwargs)
-        zt = ctl.zero_tax
-        if not compat.is_decode_forward(batch):
-            ctl.note_extend(batch)
-            out = orig(self, batch, *args, **kwargs)
-            if zt is not None:
-                zt.note_prefill(batch)  # SGLang's prefill draft-extend: their draft is warm
-            return out
-        ctl.before_forward(batch)
-        if zt is not None and zt.attached and not batch.forward_mode.is_idle():
-            # PLAIN / RESYNCING, zero-tax: one target decode forward, nothing else (in
-            # RESYNCING followed by the batched catch-up)
-            result = ctl.plain_forward(zt, batch, kwargs.get("on_publish"))
-        else:
-            result = orig(self, batch, *args, **kwargs)
-        ctl.after_forward(batch, result)
-        return result
-
-    def after_verify_complete(result: Any, self: Any, num_correct: Any, *a: Any, **k: Any) -> None:
-        ctl = _state.controller
-        if ctl is not None:
-            ctl.on_verify_complete(num_correct)
-
-    def after_next_batch(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        ctl = _state.controller
-        if ctl is not None:
-            ctl.note_schedule(self, result)
-
-    def after_process_result(
-        result: Any, self: Any, batch: Any, res: Any, *a: Any, **k: Any
-    ) -> None:
-        ctl = _state.controller
-        if ctl is not None:
-            ctl.after_process_result(batch, res)
-
-    def after_idle(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
-        ctl = _state.controller
-        if ctl is not None:
-            ctl.on_idle()
-
-    def around_resolve_tokens(
-        orig: Any, self: Any, result: Any, batch: Any, *a: Any, **k: Any
-    ) -> Any:
-        # A 1-wide round (PLAIN/DRAINING/RESYNCING) proposes no draft: SGLang would count it
-        # as a verify with K-1 proposed drafts and 0 correct. Undo that per-request count so
-        # spec_verify_ct, spec_num_proposed_drafts and the histogram describe K-wide rounds.
-        if _state.controller is None or getattr(result, "speculative_num_draft_tokens", 2) != 1:
-            return orig(self, result, batch, *a, **k)
-        counted = [not (r.is_retracted or r.finished()) for r in batch.reqs]
-        out = orig(self, result, batch, *a, **k)
-        for req, was_counted in zip(batch.reqs, counted, strict=False):
-            if was_counted and req.spec_verify_ct > 0:
-                req.spec_verify_ct -= 1
-                hist = req.spec_correct_drafts_histogram
-                if hist and hist[0] > 0:
-                    hist[0] -= 1
-        return out
-
-    HookRegistry.register(s.resolve_spec_tokens, around_resolve_tokens, HookType.AROUND)
+    HookRegistry.register(s.resolve_spec_tokens, _around_resolve_tokens, HookType.AROUND)
     register_tokenizer_side()
-    HookRegistry.register(s.scheduler_init, check_args, HookType.BEFORE)
-    HookRegistry.register(s.scheduler_init, check_installed, HookType.AFTER)
-    HookRegistry.register(s.worker_init_graphs, after_init_graphs, HookType.AFTER)
-    HookRegistry.register(s.worker_forward, around_forward, HookType.AROUND)
-    HookRegistry.register(s.worker_verify_complete, after_verify_complete, HookType.AFTER)
-    HookRegistry.register(s.worker_trivial_verify, _after_trivial_verify, HookType.AFTER)
-    HookRegistry.register(s.scheduler_next_batch, after_next_batch, HookType.AFTER)
-    HookRegistry.register(s.scheduler_process_result, after_process_result, HookType.AFTER)
-    HookRegistry.register(s.scheduler_idle, after_idle, HookType.AFTER)
+    for target, hook, kind in (
+        (s.scheduler_init, _check_args, HookType.BEFORE),
+        (s.scheduler_init, _check_installed, HookType.AFTER),
+        (s.worker_init_graphs, _after_init_graphs, HookType.AFTER),
+        (s.worker_forward, _around_forward, HookType.AROUND),
+        (s.worker_verify_complete, _after_verify_complete, HookType.AFTER),
+        (s.worker_trivial_verify, _after_trivial_verify, HookType.AFTER),
+        (s.scheduler_next_batch, _after_next_batch, HookType.AFTER),
+        (s.scheduler_process_result, _after_process_result, HookType.AFTER),
+        (s.scheduler_idle, _after_idle, HookType.AFTER),
+    ):
+        HookRegistry.register(target, hook, kind)
+
+
+def _cfg() -> Config:
+    cfg = _state.cfg
+    if cfg is None:  # the hooks below are registered by `register`, which sets it first
+        raise RuntimeError("specfsm hooks ran before specfsm_sglang.hooks.register")
+    return cfg
+
+
+# ------------------------------------------------------------------------ start-up
+def _check_args(self: Any, server_args: Any, *args: Any, **kwargs: Any) -> None:
+    # normally refused in the parent already (launch_check); the scheduler checks again
+    try:
+        check_server(_cfg(), server_args)
+    except ConfigError as exc:
+        refuse(exc)
+
+
+def _after_init_graphs(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    from specfsm_sglang.controller import Controller
+
+    try:
+        ctl = Controller(self, self.server_args, _cfg(), tuple(_extensions))
+    except ConfigError as exc:  # e.g. the lag buffer does not fit: refuse in one line
+        refuse(exc)
+    setattr(self, CONTROLLER_ATTR, ctl)
+    _state.controller = ctl
+
+
+def _check_installed(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    worker = getattr(self, "draft_worker", None)
+    ctl = None if worker is None else getattr(worker, CONTROLLER_ATTR, None)
+    if ctl is None:
+        refuse(
+            ConfigError(
+                "hooks",
+                "its worker hooks did not run (was EAGLEWorkerV2 patched by another plugin "
+                "first?); refusing to serve without specfsm",
+            )
+        )
+    # SGLang's metrics collector exists by now (init_metrics_collector runs before
+    # init_model_worker); specfsm's series take its labels on the rank that exports them
+    ctl.start_metrics(compat.metrics_labels(self))
+    spec = _cfg().profile_spec
+    if spec is not None:
+        _run_profile(ctl, spec, self)
+
+
+def _run_profile(ctl: Controller, spec: ProfileSpec, scheduler: Any) -> None:
+    """The start-up profile (config ``profile``), then the policy priced with what it measured;
+    any failure refuses the start-up in one line naming the profile, not a traceback."""
+    from specfsm_sglang.profile import StartupProfile
+
+    try:
+        ctl.apply_profile(StartupProfile(spec, ctl, scheduler).run())
+    except ConfigError as exc:
+        refuse(exc)
+    except Exception as exc:
+        refuse(
+            ConfigError(
+                "profile",
+                f"the start-up profile failed: {type(exc).__name__}: {exc}"[:600]
+                + ' (start without "profile" to serve on the shipped table)',
+            )
+        )
+
+
+# ------------------------------------------------------------------------ each iteration
+def _around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+    ctl = _state.controller
+    if ctl is None:
+        return orig(self, batch, *args, **kwargs)
+    zt = ctl.zero_tax
+    if not compat.is_decode_forward(batch):
+        ctl.note_extend(batch)
+        out = orig(self, batch, *args, **kwargs)
+        if zt is not None:
+            zt.note_prefill(batch)  # SGLang's prefill draft-extend: their draft is warm
+        return out
+    ctl.before_forward(batch)
+    if zt is not None and zt.attached and not batch.forward_mode.is_idle():
+        # PLAIN / RESYNCING, zero-tax: one target decode forward, nothing else (in
+        # RESYNCING followed by the batched catch-up)
+        result = ctl.plain_forward(zt, batch, kwargs.get("on_publish"))
+    else:
+        result = orig(self, batch, *args, **kwargs)
+    ctl.after_forward(batch, result)
+    return result
+
+
+def _after_verify_complete(result: Any, self: Any, num_correct: Any, *a: Any, **k: Any) -> None:
+    ctl = _state.controller
+    if ctl is not None:
+        ctl.on_verify_complete(num_correct)
+
+
+def _after_next_batch(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    ctl = _state.controller
+    if ctl is not None:
+        ctl.note_schedule(self, result)
+
+
+def _after_process_result(result: Any, self: Any, batch: Any, res: Any, *a: Any, **k: Any) -> None:
+    ctl = _state.controller
+    if ctl is not None:
+        ctl.after_process_result(batch, res)
+
+
+def _after_idle(result: Any, self: Any, *args: Any, **kwargs: Any) -> None:
+    ctl = _state.controller
+    if ctl is not None:
+        ctl.on_idle()
+
+
+def _around_resolve_tokens(orig: Any, self: Any, result: Any, batch: Any, *a: Any, **k: Any) -> Any:
+    # A 1-wide round (PLAIN/DRAINING/RESYNCING) proposes no draft: SGLang would count it
+    # as a verify with K-1 proposed drafts and 0 correct. Undo that per-request count so
+    # spec_verify_ct, spec_num_proposed_drafts and the histogram describe K-wide rounds.
+    if _state.controller is None or getattr(result, "speculative_num_draft_tokens", 2) != 1:
+        return orig(self, result, batch, *a, **k)
+    counted = [not (r.is_retracted or r.finished()) for r in batch.reqs]
+    out = orig(self, result, batch, *a, **k)
+    for req, was_counted in zip(batch.reqs, counted, strict=False):
+        if was_counted and req.spec_verify_ct > 0:
+            req.spec_verify_ct -= 1
+            hist = req.spec_correct_drafts_histogram
+            if hist and hist[0] > 0:
+                hist[0] -= 1
+    return out
