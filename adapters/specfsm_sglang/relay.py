@@ -57,7 +57,7 @@ def set_topk(worker: Any, topk: int) -> None:
     # SGLang 0.5.17 reads the model runners' server_args directly in places (the draft CUDA
     # graph runner's buffers, the target verify graph's capture input): keep them in step, or
     # a chain state built on a tree server captures tree-sized buffers ("out_cache_loc.shape[0]
-    # =768 != batch_size * topk * num_steps = 64*1*3=192", H200, this session)
+    # =768 != batch_size * topk * num_steps = 64*1*3=192", H200)
     runners = (
         worker._target_worker.model_runner,
         getattr(worker._draft_worker, "draft_runner", None),
