@@ -127,6 +127,32 @@ GOALS = {
     "serve_plain_vs_nospec_server": ("specfsm_plain", "nospec", ">= 0.99"),
     "serve_spec_vs_stock_server": ("specfsm_spec", "eagle", ">= 0.99"),
 }
+#: ratios that are measurements, not goals (the plain_nodraft variant is a harness switch)
+INFO = {
+    "serve_plain_nodraft_vs_nospec_server": ("specfsm_plain_nodraft", "nospec"),
+    "serve_plain_nodraft_vs_plain": ("specfsm_plain_nodraft", "specfsm_plain"),
+}
+
+
+def _prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
+    """Where the prefill time went (GPU time from CUDA events, ``--iter-trace`` on the GPU)."""
+    tgt_ms = dr_ms = 0.0
+    tok = 0
+    share = [r["iters"]["prefill"]["share"] for r in runs_t if r.get("iters", {}).get("prefill")]
+    for r in runs_t:
+        for key, a in (r.get("prefill_gpu") or {}).items():
+            if key.startswith("target"):
+                tgt_ms += a["ms"]
+                tok += a["tokens"]
+            elif key.startswith("draft"):
+                dr_ms += a["ms"]
+    if not tok:
+        return None
+    return (
+        f"serve_prefill_gpu[{t}][{lab}]: target_us_per_token={1e3 * tgt_ms / tok:.2f} "
+        f"draft_us_per_token={1e3 * dr_ms / tok:.2f} prefill_tokens_per_run={tok // len(runs_t)}"
+        + (f" prefill_iteration_share={statistics.fmean(share):.3f}" if share else "")
+    )
 
 
 def _load(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -230,10 +256,16 @@ def summarize(
                 f"serve_latency_ms[{t}][{lab}]: "
                 + " ".join(f"{k[:-3]}={v:.1f}" for k, v in lat.items())
             )
+            pf = _prefill_line(t, lab, runs_t)
+            if pf is not None:
+                lines.append(pf)
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:
                 lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], goal))
+        for name, (a, b) in INFO.items():
+            if a in tok and b in tok:
+                lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], "none: measured"))
         statics = [s for s in STATIC if s in tok]
         if statics:
             n = min(len(tok[s]) for s in statics)
