@@ -102,8 +102,14 @@ class LagBuffer:
             self.count[r] = 0
         if rows:
             if rows_dev is None:
-                rows_dev = torch.tensor(rows, dtype=torch.int64).to(self.tokens.device)
-            self.count_dev[rows_dev] = 0
+                rows_dev = torch.tensor(rows, dtype=torch.int64).to(
+                    self.tokens.device, non_blocking=True
+                )
+            # index_fill_, not ``count_dev[rows_dev] = 0``: a Python scalar assigned through an
+            # index is copied host-to-device from pageable memory, which waits for every kernel
+            # queued on the stream (the whole prefill this runs after; measured on the H200 by
+            # benchmarks/gpu/sync_probe.py), and the scheduler's next batch waits with it
+            self.count_dev.index_fill_(0, rows_dev, 0)
 
     def record(
         self, rows: list[int], rows_dev: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor
