@@ -253,10 +253,15 @@ def _around_forward(orig: Any, self: Any, batch: Any, *args: Any, **kwargs: Any)
     zt = ctl.zero_tax
     if not compat.is_decode_forward(batch):
         ctl.note_extend(batch)
-        out = orig(self, batch, *args, **kwargs)
-        if zt is not None:
-            zt.note_prefill(batch)  # SGLang's prefill draft-extend: their draft is warm
-        return out
+        if zt is None:
+            return orig(self, batch, *args, **kwargs)
+        # zero-tax PLAIN (attached, not RESYNCING): the draft's prefill waits for RESYNCING
+        return zt.prefill(
+            lambda: orig(self, batch, *args, **kwargs),
+            batch,
+            zt.attached and ctl.flight.resync_left == 0,
+            kwargs.get("on_publish"),
+        )
     ctl.before_forward(batch)
     if zt is not None and zt.attached and not batch.forward_mode.is_idle():
         # PLAIN / RESYNCING, zero-tax: one target decode forward, nothing else (in

@@ -33,118 +33,12 @@ import copy
 import dataclasses
 import functools
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from specfsm_sglang import compat
-
-#: A request whose lag passed its ring is caught up over its newest ``lag_tokens`` positions;
-#: its older draft KV stays stale (lower acceptance for a while), counted as ``overflow_rows``.
-#: Recomputing the older hidden states from the target instead is not implemented.
-
-
-@dataclass
-class LagStats:
-    """What the lag buffer and the catch-up did (counters for logs, tests, benchmarks)."""
-
-    plain_forwards: int = 0
-    recorded_tokens: int = 0
-    catchups: int = 0
-    caught_up_rows: int = 0
-    caught_up_tokens: int = 0
-    overflow_rows: int = 0
-    catchup_s: float = 0.0
-    peak_lag: int = 0
-    draft_forwards: int = 0
-    #: the newest catch-ups: (rows, tokens, seconds), bounded
-    history: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=256))
-
-
-class LagBuffer:
-    """Per request-pool slot: a ring of ``capacity`` (token, target hidden) pairs.
-
-    ``count[i]`` (host) is the number of positions slot ``i`` lags by (may exceed the ring's
-    capacity: then only the newest ``capacity`` are kept).
-    """
-
-    def __init__(
-        self, slots: int, capacity: int, width: int, dtype: torch.dtype, device: Any
-    ) -> None:
-        self.slots = slots
-        self.capacity = capacity
-        self.width = width
-        self.tokens = torch.zeros((slots, capacity), dtype=torch.int64, device=device)
-        self.hidden = torch.zeros((slots, capacity, width), dtype=dtype, device=device)
-        self.count = [0] * slots
-        self.count_dev = torch.zeros((slots,), dtype=torch.int64, device=device)
-
-    @property
-    def nbytes(self) -> int:
-        return int(
-            self.tokens.numel() * self.tokens.element_size()
-            + self.hidden.numel() * self.hidden.element_size()
-        )
-
-    @staticmethod
-    def token_bytes(width: int, dtype: torch.dtype) -> int:
-        """Bytes one lagging position takes: its target hidden states and its token."""
-        return width * torch.empty((), dtype=dtype).element_size() + 8
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.token_bytes(self.width, self.hidden.dtype)
-
-    def reset(self, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
-        for r in rows:
-            self.count[r] = 0
-        if rows:
-            if rows_dev is None:
-                rows_dev = torch.tensor(rows, dtype=torch.int64).to(
-                    self.tokens.device, non_blocking=True
-                )
-            # index_fill_, not ``count_dev[rows_dev] = 0``: a Python scalar assigned through an
-            # index is copied host-to-device from pageable memory, which waits for every kernel
-            # queued on the stream (the whole prefill this runs after; measured on the H200 by
-            # benchmarks/gpu/sync_probe.py), and the scheduler's next batch waits with it
-            self.count_dev.index_fill_(0, rows_dev, 0)
-
-    def record(
-        self, rows: list[int], rows_dev: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor
-    ) -> int:
-        """Append one position per row: ``hidden[i]`` (h_p) and ``tokens[i]`` (x_{p+1});
-        returns the largest lag among the rows.
-
-        Device-side ring positions (no host-to-device copy, no stream sync on the hot path);
-        the host mirror ``count`` plans the catch-up."""
-        count = self.count
-        peak = 0
-        for r in rows:
-            count[r] += 1
-            if count[r] > peak:
-                peak = count[r]
-        c = self.count_dev[rows_dev]
-        slot = c % self.capacity
-        self.hidden[rows_dev, slot] = hidden.to(self.hidden.dtype)
-        self.tokens[rows_dev, slot] = tokens.to(torch.int64)
-        self.count_dev[rows_dev] = c + 1
-        return peak
-
-    def gather(self, rows: list[int], lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The newest ``lens[i]`` positions of each row, oldest first, concatenated."""
-        cap = self.capacity
-        flat_rows: list[int] = []
-        flat_slots: list[int] = []
-        for r, n in zip(rows, lens, strict=True):
-            c = self.count[r]
-            flat_rows.extend([r] * n)
-            flat_slots.extend((c - n + j) % cap for j in range(n))
-        dev = self.tokens.device
-        fr = torch.tensor(flat_rows, dtype=torch.int64).to(dev, non_blocking=True)
-        fs = torch.tensor(flat_slots, dtype=torch.int64).to(dev, non_blocking=True)
-        return self.tokens[fr, fs], self.hidden[fr, fs]
+from specfsm_sglang import compat, deferred_prefill, draft_extend
+from specfsm_sglang.lag import LagBuffer, LagStats, PromptStore, Stored
 
 
 def target_capture_width(worker: Any) -> tuple[int, torch.dtype]:
@@ -188,7 +82,9 @@ def _build_decode_graph(model_runner: Any, backend: Any) -> Any:
 class ZeroTaxPlain:
     """PLAIN's decode state and lag buffer for one EAGLEWorkerV2 (one scheduler rank)."""
 
-    def __init__(self, worker: Any, lag_tokens: int, catchup_tokens: int) -> None:
+    def __init__(
+        self, worker: Any, lag_tokens: int, catchup_tokens: int, defer_prefill_tokens: int = 0
+    ) -> None:
         self.worker = worker
         self.catchup_tokens = catchup_tokens
         tmr = worker._target_worker.model_runner
@@ -218,8 +114,16 @@ class ZeroTaxPlain:
                 f"{free / 2**30:.2f} GiB are free after SGLang's pools (at most half is used); "
                 'lower lag_tokens, lower --mem-fraction-static, or use "plain": "warm"',
             )
+        tb = LagBuffer.token_bytes(width, dtype)
+        #: the deferred prompts' budget, lowered to what half the free memory leaves beside the
+        #: lag buffer (a default that fits a large GPU must not refuse a small one's start)
+        self.defer_prefill_asked = defer_prefill_tokens
+        if free:
+            defer_prefill_tokens = max(0, min(defer_prefill_tokens, (free // 2 - need) // tb))
         self.lag = LagBuffer(slots, lag_tokens, width, dtype, device)
         self.stats = LagStats()
+        #: prompts prefilled while PLAIN without the draft's prefill (deferred_prefill.py)
+        self.store = PromptStore(defer_prefill_tokens, self.stats)
         self.topk = int(worker.topk)
         dw = worker._draft_worker
         from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
@@ -259,6 +163,9 @@ class ZeroTaxPlain:
             "lag_bytes_per_token": self.lag.bytes_per_token,
             "lag_buffer_bytes": self.lag.nbytes,
             "catchup_tokens": self.catchup_tokens,
+            "defer_prefill_tokens": self.store.budget,
+            "defer_prefill_tokens_asked": self.defer_prefill_asked,
+            "defer_prefill_max_bytes": self.store.budget * self.lag.bytes_per_token,
         }
 
     def _zero(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -361,137 +268,131 @@ class ZeroTaxPlain:
             ).unsqueeze(1)
         return GenerationBatchResult(**fields)
 
+    # ---------------------------------------------------------------- prefills
+    def prefill(self, orig: Any, batch: Any, plain: bool, on_publish: Any) -> Any:
+        """A prefill batch (``orig``: SGLang's forward of it). While PLAIN (``plain``), the
+        target prefill alone when it fits the store (deferred_prefill.py); otherwise SGLang's,
+        after the draft caught up with earlier chunks of its prompts."""
+        if plain and deferred_prefill.defers(self, batch):
+            return deferred_prefill.forward(self, batch, on_publish)
+        if self.store:
+            deferred_prefill.flush(self, batch)
+        out = orig()
+        self.note_prefill(batch)
+        return out
+
     # ---------------------------------------------------------------- bookkeeping
     def note_prefill(self, batch: Any) -> None:
         """A prefill (or mixed) forward ran SGLang's draft-extend over its new requests: their
         draft is warm, their lag starts at zero."""
         rows = [i for i in map(compat.req_pool_idx, batch.reqs) if i is not None]
+        if self.store:
+            for req in batch.reqs:  # a slot's entry of an earlier request is dropped
+                if (row := compat.req_pool_idx(req)) is not None:
+                    self.store.owned(row, req)
         if len(rows) == len(batch.reqs) and batch.req_pool_indices is not None:
             self.lag.reset(rows, batch.req_pool_indices)
         else:
             self.lag.reset(rows)
 
     # ---------------------------------------------------------------- RESYNCING
+    def _prompt_part(self, row: int, req: Any, seq_after: int) -> Stored | None:
+        """The row's deferred prompt positions if they join its ring's without a gap (else
+        they are dropped: the ring overflowed, so the positions between are lost anyway)."""
+        e = self.store.owned(row, req)
+        if e is None:
+            return None
+        count = self.lag.count[row]
+        if count <= self.lag.capacity and e.end == seq_after - count:
+            return e
+        self.store.drop(row)
+        return None
+
     def _catch_up(
         self, batch: Any, nxt: Any, seq_after: torch.Tensor, seq_after_cpu: list[int]
     ) -> bool:
-        """Batched draft-extend over the lag of this batch's requests (all of it, or the
-        requests whose lag fits in the iteration's budget); writes their fresh draft input rows
-        into ``nxt``. True when no request of the batch lags any more.
+        """Batched draft-extend over what the draft has not seen of this batch's requests (the
+        lag ring's positions and, for requests prefilled while PLAIN, their deferred prompt
+        positions before them): all of it, or the requests that fit in the iteration's budget;
+        writes their fresh draft input rows into ``nxt``. True when no request of the batch
+        lags any more.
 
-        The budget is ``catchup_tokens`` but never below ``2 x bs + lag_tokens``: requests are
-        taken largest lag first while they fit, so one iteration clears at least ``2 x bs``
-        tokens (or everything) while its PLAIN step adds ``bs``, and RESYNCING ends."""
+        The budget is ``catchup_tokens`` but never below ``2 x bs + lag_tokens`` nor below the
+        largest single request's lag: requests are taken largest lag first while they fit, so
+        one iteration clears at least one request, or ``2 x bs`` tokens, or everything, while
+        its PLAIN step adds ``bs``, and RESYNCING ends."""
         rows_all = [_pool_idx(r) for r in batch.reqs]
         cap = self.lag.capacity
-        pending = [(i, r) for i, r in enumerate(rows_all) if self.lag.count[r] > 0]
-        if not pending:
+        prompt: dict[int, Stored] = {}
+        need: dict[int, int] = {}
+        for i, r in enumerate(rows_all):
+            e = self._prompt_part(r, batch.reqs[i], seq_after_cpu[i]) if self.store else None
+            n = min(self.lag.count[r], cap) + (e.n if e is not None else 0)
+            if n:
+                need[i] = n
+                if e is not None:
+                    prompt[i] = e
+        if not need:
             return True
-        budget = max(self.catchup_tokens, 2 * len(rows_all) + cap)
-        chosen: list[tuple[int, int]] = []
+        budget = max(self.catchup_tokens, 2 * len(rows_all) + cap, max(need.values()))
+        chosen: list[int] = []
         used = 0
-        for i, r in sorted(pending, key=lambda p: -min(self.lag.count[p[1]], cap)):
-            n = min(self.lag.count[r], cap)
-            if used + n <= budget:
-                chosen.append((i, r))
-                used += n
+        for i in sorted(need, key=lambda j: -need[j]):
+            if used + need[i] <= budget:
+                chosen.append(i)
+                used += need[i]
         chosen.sort()  # batch order
         t0 = time.perf_counter()
-        self._draft_extend(batch, nxt, chosen, seq_after, seq_after_cpu)
+        ring = [min(self.lag.count[rows_all[i]], cap) for i in chosen]
+        r_tok, r_hid = self.lag.gather([rows_all[i] for i in chosen], ring)
+        toks: list[torch.Tensor] = []
+        hids: list[torch.Tensor] = []
+        prefix: list[int] = []
+        lens: list[int] = []
+        at = 0
+        for i, n in zip(chosen, ring, strict=True):
+            e = prompt.get(i)
+            if e is not None:
+                self.store.take(rows_all[i])
+                toks += e.tokens
+                hids += e.hidden
+            toks.append(r_tok[at : at + n])
+            hids.append(r_hid[at : at + n])
+            at += n
+            lens.append(n + (e.n if e is not None else 0))
+            prefix.append(int(seq_after_cpu[i]) - lens[-1])
+        rows = draft_extend.Rows(
+            chosen,
+            [rows_all[i] for i in chosen],
+            prefix,
+            lens,
+            torch.cat(toks) if len(toks) > 1 else toks[0],
+            torch.cat(hids) if len(hids) > 1 else hids[0],
+        )
+        self._relay_draft_input(batch, nxt, rows)
         dt = time.perf_counter() - t0
         st = self.stats
         st.catchups += 1
         st.caught_up_rows += len(chosen)
-        st.caught_up_tokens += used
+        st.caught_up_tokens += sum(ring)
+        st.prompt_caught_up_tokens += sum(prompt[i].n for i in chosen if i in prompt)
         st.catchup_s += dt
-        over = sum(1 for _, r in chosen if self.lag.count[r] > cap)
+        over = sum(1 for i in chosen if self.lag.count[rows_all[i]] > cap)
         st.overflow_rows += over
         st.history.append((len(chosen), used, dt))
         #: what the last catch-up did, for the controller's specfsm.catchup log line
-        self.last_catchup = (len(chosen), used, dt, over, len(chosen) == len(pending))
-        self.lag.reset([r for _, r in chosen])
-        return len(chosen) == len(pending)
+        self.last_catchup = (len(chosen), used, dt, over, len(chosen) == len(need))
+        self.lag.reset([rows_all[i] for i in chosen])
+        return len(chosen) == len(need)
 
-    def _draft_extend(
-        self,
-        batch: Any,
-        nxt: Any,
-        chosen: list[tuple[int, int]],
-        seq_after: torch.Tensor,
-        seq_after_cpu: list[int],
-    ) -> None:
-        from sglang.srt.model_executor.forward_batch_info import (
-            CaptureHiddenMode,
-            ForwardBatch,
-            ForwardMode,
-        )
-        from sglang.srt.speculative.eagle_info import EagleDraftExtendInput
-        from sglang.srt.speculative.spec_utils import renorm_draft_probs
-        from sglang.srt.utils.common import fast_topk
-
-        w = self.worker
-        dw = w._draft_worker
-        cap = self.lag.capacity
-        idx = [i for i, _ in chosen]
-        rows = [r for _, r in chosen]
-        lens = [min(self.lag.count[r], cap) for r in rows]
-        dev = seq_after.device
-        idx_dev = torch.tensor(idx, dtype=torch.int64).to(dev, non_blocking=True)
-        seq_now = seq_after[idx_dev].to(torch.int64)  # committed length L + N
-        seq_cpu = [int(seq_after_cpu[i]) for i in idx]
-        prefix = [s - n for s, n in zip(seq_cpu, lens, strict=True)]
-        tokens, hidden = self.lag.gather(rows, lens)
-        req_to_token = w.req_to_token_pool.req_to_token
-        rows_dev = batch.req_pool_indices[idx_dev]
-        pos = torch.cat(
-            [torch.arange(p, p + n, dtype=torch.int64) for p, n in zip(prefix, lens, strict=True)]
-        ).to(dev, non_blocking=True)
-        lens_dev = torch.tensor(lens, dtype=torch.int64).to(dev, non_blocking=True)
-        out_cache_loc = req_to_token[torch.repeat_interleave(rows_dev, lens_dev), pos]
-
-        cb = copy.copy(batch)
-        cb.reqs = [batch.reqs[i] for i in idx]
-        cb.forward_mode = ForwardMode.EXTEND
-        cb.input_ids = tokens
-        cb.req_pool_indices = rows_dev
-        if getattr(batch, "req_pool_indices_cpu", None) is not None:
-            cb.req_pool_indices_cpu = torch.tensor(rows, dtype=torch.int64)
-        cb.seq_lens = seq_now
-        cb.seq_lens_cpu = torch.tensor(seq_cpu, dtype=torch.int64)
-        cb.seq_lens_sum = int(sum(seq_cpu))
-        cb.orig_seq_lens = seq_now.to(torch.int32)
-        cb.out_cache_loc = out_cache_loc.to(torch.int64)
-        cb.prefix_lens = prefix
-        cb.extend_lens = lens
-        cb.extend_num_tokens = int(sum(lens))
-        cb.extend_logprob_start_lens = [0] * len(idx)
-        cb.extend_input_logprob_token_ids = None
-        cb.return_logprob = False
-        cb.top_logprobs_nums = None
-        cb.token_ids_logprobs = None
-        cb.multimodal_inputs = [None] * len(idx)
-        cb.decoding_reqs = None
-        cb.is_prefill_only = False
-        cb.spec_info = EagleDraftExtendInput(
-            hidden_states=hidden, num_tokens_per_req=1, num_tokens_for_logprob_per_req=1
-        )
-        fwd = ForwardBatch.init_new(
-            cb,
-            dw.draft_runner,
-            capture_hidden_mode=CaptureHiddenMode.LAST,
-            return_hidden_states_before_norm=False,
-        )
-        fwd.return_logprob = False
-        logits_output = dw.draft_runner.forward(fwd).logits_output
+    def _relay_draft_input(self, batch: Any, nxt: Any, rows: draft_extend.Rows) -> None:
+        """Run the draft over ``rows`` and write the draft input a warm draft would relay
+        (top-k, draft hidden state) into their rows of ``nxt``."""
+        logits_output, sampling_info = draft_extend.run(self.worker, batch, rows)
         self.stats.draft_forwards += 1
-        logits = logits_output.next_token_logits
-        # the same selection as SGLang's _draft_extend_for_decode (the warm draft's)
-        if self.topk == 1:
-            topk_index = torch.argmax(logits, dim=-1, keepdim=True)
-            topk_p = torch.ones_like(topk_index, dtype=torch.float32)
-        else:
-            probs = renorm_draft_probs(logits, cb.sampling_info, False)
-            topk_p, topk_index = fast_topk(probs, self.topk, dim=-1)
+        topk_p, topk_index = draft_extend.select_topk(logits_output, sampling_info, self.topk)
+        dev = nxt.topk_p.device
+        idx_dev = torch.tensor(rows.idx, dtype=torch.int64).to(dev, non_blocking=True)
         nxt.topk_p[idx_dev] = topk_p.to(nxt.topk_p.dtype)
         nxt.topk_index[idx_dev] = topk_index.to(nxt.topk_index.dtype)
         if nxt.hidden_states is not None and logits_output.hidden_states is not None:

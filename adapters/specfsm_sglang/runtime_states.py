@@ -88,7 +88,9 @@ class EngineStates:
         if cfg.plain == "zero_tax":
             from specfsm_sglang.plain import ZeroTaxPlain
 
-            self.zero_tax = ZeroTaxPlain(worker, cfg.lag_tokens, cfg.catchup_tokens)
+            self.zero_tax = ZeroTaxPlain(
+                worker, cfg.lag_tokens, cfg.catchup_tokens, cfg.defer_prefill_tokens
+            )
 
     def _build_shape_state(self, shape: DraftShape) -> Any:
         """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA

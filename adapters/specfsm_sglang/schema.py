@@ -32,6 +32,10 @@ The keys (the operator's reference is docs/config.md, checked by `specfsm config
                     up over its newest lag_tokens, older draft KV stale: counted, logged)
   catchup_tokens    zero_tax: lag tokens one RESYNCING iteration catches up (default 8192; never
                     below 2 x batch size + lag_tokens, so that RESYNCING ends)
+  defer_prefill_tokens  zero_tax: prompt tokens prefilled while PLAIN without the draft's
+                    prefill, kept (token + target hidden state each) for RESYNCING's catch-up
+                    (default 131072, all requests together; lowered at start to half the free
+                    memory; 0: the draft prefills every prompt at once, in every mode)
   max_policy_faults faults of one policy after which it is replaced by the fixed PLAIN policy
                     (default 3)
   shapes            draft shapes SPECULATING may switch between (RESHAPE), besides the server's
@@ -147,6 +151,11 @@ class Config:
     #: lag tokens one RESYNCING iteration catches up at most (more: RESYNCING spans several
     #: iterations, serving plainly meanwhile); must exceed the largest decode batch
     catchup_tokens: int = attrs.field(default=8192, validator=_v(lambda k, v: check_int(k, v, 2)))
+    #: prompt positions of prefills run while PLAIN without the draft's prefill, kept for
+    #: RESYNCING's catch-up (all requests together); 0: the draft prefills every prompt at once
+    defer_prefill_tokens: int = attrs.field(
+        default=131072, validator=_v(lambda k, v: check_int(k, v, 0))
+    )
     #: draft shapes besides the launch shape that SPECULATING may RESHAPE to (labels as
     #: `parse_shape` reads them); each gets a runtime state built at start-up
     shapes: list[str] = attrs.field(factory=list, validator=_v(lambda k, v: check_shapes(k, v)))

@@ -205,6 +205,15 @@ class TestChannel(ControllerObserver):
                 "overflow_rows": st.overflow_rows,
                 "peak_lag": st.peak_lag,
                 "catchup_s": st.catchup_s,
+                "deferred_prefills": st.deferred_prefills,
+                "deferred_rows": st.deferred_rows,
+                "deferred_tokens": st.deferred_tokens,
+                "prompt_caught_up_tokens": st.prompt_caught_up_tokens,
+                "prompt_dropped_rows": st.prompt_dropped_rows,
+                "prompt_dropped_tokens": st.prompt_dropped_tokens,
+                "eager_prefills_store_full": st.eager_prefills_store_full,
+                "store_peak_tokens": st.store_peak_tokens,
+                "store_tokens": zt.store.used,
                 # per catch-up (rows, tokens, seconds), the newest 64 (benchmarks/plain_tax.py)
                 "catchup_history": [list(h) for h in list(st.history)[-64:]],
             }

@@ -207,3 +207,65 @@ def test_initial_mode_plain_goes_through_the_table(tmp_path: Path) -> None:
     assert counters["mode_forwards"]["PLAIN"] >= 15
     # the only draft forwards are SGLang's prefill draft-extends of the arriving requests
     assert counters["draft_forwards_by_mode"]["PLAIN"] <= counters["arrivals_by_mode"]["PLAIN"]
+
+
+#: requests prefilled while PLAIN (the machine reaches PLAIN at start-up), SPECULATING from
+#: iteration 20: their prompts' draft prefill is deferred and caught up in RESYNCING
+DEFERRED = {"name": "scripted", "schedule": [[20, "SPECULATING"]]}
+
+
+def _deferred_run(d: Path, plain: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    eng = F.make_fsm_engine(
+        d,
+        policy=DEFERRED,
+        config={"plain": plain, "observe_every": 1, "initial_mode": "PLAIN", **(extra or {})},
+        spec="EAGLE",
+        agree="mid",
+        overlap=True,
+    )
+    try:
+        out = E.generate_greedy(eng, PROMPTS, NEW_TOKENS)
+        counters = F.counters(d, wait_s=5)
+    finally:
+        eng.shutdown()
+    rounds: dict[int, tuple[int, ...]] = {}
+    for ln in F.transitions(d):
+        if ln.get("event") == "specfsm.observation" and ln.get("accept_lens"):
+            rounds[ln["accept_lens_iteration"]] = tuple(ln["accept_lens"])
+    return {"out": out, "rounds": rounds, "counters": counters}
+
+
+def test_deferred_prefill_catches_up_to_an_eager_prefill(tmp_path: Path) -> None:
+    """Prompts prefilled while PLAIN run the target alone (no draft forward in PLAIN at all);
+    RESYNCING extends the draft over each prompt and its lag in one go, and every K-wide
+    round after re-entry accepts as in the run whose draft prefilled eagerly and decoded warm
+    (upstream's steps=0) and as zero-tax PLAIN with deferral off. Greedy outputs equal."""
+    want = E.AgreeReference()(PROMPTS, NEW_TOKENS)
+    warm = _deferred_run(tmp_path / "warm", "warm")
+    eager = _deferred_run(tmp_path / "eager", "zero_tax", {"defer_prefill_tokens": 0})
+    lazy = _deferred_run(tmp_path / "deferred", "zero_tax")
+    for run in (warm, eager, lazy):
+        assert run["out"] == want
+    assert len(warm["rounds"]) >= 10
+    assert eager["rounds"] == warm["rounds"]
+    assert lazy["rounds"] == warm["rounds"]
+    c = lazy["counters"]
+    zt = c["zero_tax"]
+    prompt_tokens = sum(len(p) for p in PROMPTS)
+    assert c["draft_forwards_by_mode"]["PLAIN"] == 0
+    assert zt["deferred_rows"] == len(PROMPTS)
+    assert zt["deferred_tokens"] == prompt_tokens
+    assert zt["prompt_caught_up_tokens"] == prompt_tokens
+    assert zt["prompt_dropped_tokens"] == 0 and zt["store_tokens"] == 0
+    assert eager["counters"]["zero_tax"]["deferred_rows"] == 0
+
+
+def test_deferred_prefill_store_full_prefills_eagerly(tmp_path: Path) -> None:
+    """A store too small for the prompts: those prefills run SGLang's draft prefill (counted),
+    nothing is deferred, and re-entry still accepts as the warm run."""
+    warm = _deferred_run(tmp_path / "warm", "warm")
+    small = _deferred_run(tmp_path / "small", "zero_tax", {"defer_prefill_tokens": 1})
+    assert small["out"] == E.AgreeReference()(PROMPTS, NEW_TOKENS)
+    zt = small["counters"]["zero_tax"]
+    assert zt["deferred_rows"] == 0 and zt["eager_prefills_store_full"] >= 1
+    assert small["rounds"] == warm["rounds"]
