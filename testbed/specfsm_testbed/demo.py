@@ -374,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n[3/3] what this buys on a GPU (measured on an H200, not here)")
             levels = demo_h200.load_levels()
             demo_h200.report(levels)
+            demo_h200.report_serving()
             if args.plot:
                 import os
 

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import TextIO
 
 DATA = ("data", "measured", "h200_agree_sweep.csv")
+SERVING = ("data", "measured", "h200_serving.csv")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,35 @@ def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
         "the speed of no speculation, so switching to it never paid; zero-tax PLAIN costs a\n"
         "decode step (+1%), so with it each level gets about the 'zero-tax bound'.\n"
     )
+    out.flush()
+
+
+def report_serving(out: TextIO = sys.stdout) -> None:
+    """The measured serving run: real servers under changing loads, tokens/s as served."""
+    text = resources.files("specfsm").joinpath(*SERVING).read_text()
+    body = io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
+    tok: dict[str, dict[str, float]] = {}
+    for r in csv.DictReader(body):
+        tok.setdefault(r["trace"], {})[r["server"]] = float(r["tok_s"])
+    out.write(
+        "\nAs served (2026-12-02, same H200, real sglang.launch_server servers one after another\n"
+        "under the same changing loads, radix cache flushed per run; output tokens/s):\n\n"
+    )
+    cols = ["nospec", "eagle", "specfsm_plain", "specfsm_spec", "specfsm_goodput"]
+    out.write(f"{'trace':<7}" + "".join(f"{c:>17}" for c in cols) + "\n")
+    for trace, row in tok.items():
+        out.write(f"{trace:<7}" + "".join(f"{row.get(c, float('nan')):>17.0f}" for c in cols))
+        out.write("\n")
+    h = tok.get("heavy", {})
+    if {"nospec", "specfsm_plain", "specfsm_plain_nodraft"} <= h.keys():
+        out.write(
+            f"\nReading it: under a prefill-bound load PLAIN on a speculative server served "
+            f"{h['specfsm_plain'] / h['nospec']:.3f}x\na server without a draft; skipping the "
+            f"draft's prefill of every prompt raised it to "
+            f"{h['specfsm_plain_nodraft'] / h['nospec']:.3f}x. Zero-tax\nPLAIN now defers that "
+            "prefill to RESYNCING and no longer waits for the GPU after each\nprefill; the "
+            "serving figure with both is not measured yet (docs/serving.md).\n"
+        )
     out.flush()
 
 

@@ -61,3 +61,13 @@ def test_h200_table_is_the_measured_sweep() -> None:
     buf = io.StringIO()
     demo_h200.report(levels, buf)
     assert "stops paying from c 32 on" in buf.getvalue()
+
+
+def test_h200_serving_table_is_the_measured_run() -> None:
+    """The demo's serving part prints the packaged H200 serving run and PLAIN's ratio to the
+    server without a draft, computed from it."""
+    buf = io.StringIO()
+    demo_h200.report_serving(buf)
+    text = buf.getvalue()
+    assert "As served (2026-12-02" in text
+    assert "served 0.897x" in text and "0.951x" in text
