@@ -263,6 +263,11 @@ def main() -> int:
     ap.add_argument(
         "--mirror", type=Path, default=None, help="copy the results here after every run"
     )
+    ap.add_argument(
+        "--sim",
+        action="store_true",
+        help="add the simulator's prediction per trace and server (needs the sim extra)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     gpu = args.bed == "gpu"
@@ -329,6 +334,10 @@ def main() -> int:
         srv, tname, rep = key.split(":")
         excl[(srv, tname, int(rep))] = why or "excluded"
     lines = summary.summarize(out / "runs.jsonl", tr, excl)
+    if args.sim:
+        import sim_predict  # the specfsm package and numpy: on the development machine only
+
+        lines += sim_predict.sim_lines(out / "runs.jsonl", tr)
     (out / "serving_summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
