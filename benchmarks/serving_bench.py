@@ -104,7 +104,8 @@ def run_server(
     try:
         if not args.no_warmup:
             # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
-            # a fresh GPU box): one unrecorded pass of the first trace (phases of at most 3 s) absorbs it
+            # a fresh GPU box): one unrecorded pass of the first trace (phases of at most 3 s)
+            # absorbs it
             first = next(iter(tr.values()))
             short = tuple(dataclasses.replace(p, seconds=min(p.seconds, 3.0)) for p in first.phases)
             first = dataclasses.replace(first, phases=short)
