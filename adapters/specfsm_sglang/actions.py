@@ -97,7 +97,7 @@ class SGLangModeActions:
         # The next forward drafts and verifies in the new width; a batch of the old shape still
         # in flight (overlap) completes with the state it was launched with (its verify
         # tensors live on that batch, the runtime state only shapes new forwards), and its
-        # accept lengths are attributed to the old shape (`Flight.wide_processed`).
+        # accept lengths are attributed to the old shape (`Flight.wide_its`).
         states = self.states.shape_states
         if t.shape is None or t.shape not in states:
             raise RuntimeError(f"RESHAPE to a shape with no runtime state: {t.shape!r}")

@@ -29,9 +29,9 @@ and each idle check. With no observer the hot path pays one empty-list test per 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from time import perf_counter, perf_counter_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specfsm import (
@@ -143,8 +143,8 @@ class Controller(PolicySwitchboard):
         #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
         self.zero_tax = states.zero_tax
 
-        #: what is in flight between the hooks' calls, read by the completion events; the mode
-        #: actions change it through its methods
+        #: what is in flight between the hooks' calls, read by the completion events: the hot
+        #: path below updates it in place, the mode actions through its methods
         self.flight = Flight(cfg.resync_forwards)
         self.iteration = 0
         self.running = 0
@@ -244,9 +244,10 @@ class Controller(PolicySwitchboard):
                 o.before_decide(self, batch)
         if self.control_file is not None and it % self.control_every == 0:
             self.timed_poll()
+        fsm = self.fsm
         bs = compat.local_batch_size(batch)
         mean_ctx = 0  # 0: not measured (the log line then has no mean_ctx)
-        if getattr(self.fsm.policy, "ctx_aware", False):
+        if getattr(fsm.policy, "ctx_aware", False):
             # only a policy priced over several context lengths pays for this (a CPU sum)
             ctx_tokens = compat.context_tokens(batch)
             if self.global_load is not None:
@@ -254,7 +255,7 @@ class Controller(PolicySwitchboard):
             mean_ctx = ctx_tokens // bs if bs > 0 else 0
         elif self.global_load is not None:
             bs = self.global_load(bs)
-        now = time.perf_counter()
+        now = perf_counter()
         fl = self.flight
         prev_t = fl.prev_t
         obs = Observation(
@@ -270,9 +271,8 @@ class Controller(PolicySwitchboard):
             step_bs=fl.prev_bs if prev_t else 0,
             step_shape=fl.prev_shape,
             step_kind=fl.prev_kind if prev_t else "",
-            shape=self.fsm.shape,
+            shape=fsm.shape,
         )
-        fsm = self.fsm
         try:
             fsm.step(obs)
             mode = fsm.mode
@@ -292,18 +292,21 @@ class Controller(PolicySwitchboard):
                 o.on_fault(self, exc)
             raise
         mode = fsm.mode
+        fl.prev_t = now
+        fl.prev_bs = bs
         if mode is Mode.SPECULATING:
-            fl.note_step(now, bs, fsm.shape, "spec")
+            fl.prev_shape, fl.prev_kind = fsm.shape, "spec"
         else:
-            fl.note_step(now, bs, None, step_kind(mode, self.zero_tax is not None))
+            fl.prev_shape = None
+            fl.prev_kind = step_kind(mode, self.zero_tax is not None)
         sub = self._subject
         sub.batch = batch
         if observers:
             for o in observers:
                 o.before_check(self, batch, mode)
-        t0 = time.perf_counter_ns()
+        t0 = perf_counter_ns()
         self.contracts.check(mode, sub)
-        self.contract_ns += time.perf_counter_ns() - t0
+        self.contract_ns += perf_counter_ns() - t0
         sub.batch = None
         if observers:
             for o in observers:
@@ -311,12 +314,14 @@ class Controller(PolicySwitchboard):
 
     def after_forward(self, batch: Any, result: Any) -> None:
         wide = self.worker.speculative_num_steps > 0
+        fl = self.flight
         if wide:
-            self.flight.wide_launched(self.iteration, self.fsm.shape)
-        elif self.flight.resync_left > 0 and self.zero_tax is None:
+            fl.inflight_wide += 1
+            fl.wide_its.append((self.iteration, self.fsm.shape))
+        elif fl.resync_left > 0 and self.zero_tax is None:
             # warm PLAIN: RESYNCING lasts resync_forwards forwards (zero-tax: until the
             # catch-up reports every request caught up, `plain_forward`)
-            self.flight.resync_forward()
+            fl.resync_left -= 1
         if self.observers:
             for o in self.observers:
                 o.after_forward(self, batch, result, wide)
@@ -344,6 +349,9 @@ class Controller(PolicySwitchboard):
                 )
         return result
 
+    def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
+        self.flight.last_correct = num_correct_drafts_per_req
+
     def note_extend(self, batch: Any) -> None:
         """A forward that is not a decode is about to run: the next decode forward's step time
         would include it, so it is not reported (step_ms 0)."""
@@ -352,21 +360,28 @@ class Controller(PolicySwitchboard):
             for o in self.observers:
                 o.on_extend(self, batch)
 
-    def on_verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
-        self.flight.verify_complete(num_correct_drafts_per_req)
-
     def after_process_result(self, batch: Any, result: Any) -> None:
         if self.observers:
             for o in self.observers:
                 o.on_result(self, batch, result)
+        fl = self.flight
         k = getattr(result, "speculative_num_draft_tokens", None)
         if k is None or k <= 1 or batch.forward_mode.is_extend():
-            self.flight.other_result()
+            fl.last_correct = None
             return
-        round_it = self.flight.wide_processed(self.iteration, self.fsm.shape)
-        if round_it is not None:
+        # a processed K-wide result leaves flight; its verify's accept lengths belong to the
+        # shape it was drafted with and become the next observation's
+        if fl.inflight_wide > 0:
+            fl.inflight_wide -= 1
+        its = fl.wide_its
+        round_it, shape = its.popleft() if its else (self.iteration, self.fsm.shape)
+        correct = fl.last_correct
+        if correct is not None:
+            fl.accept_lens = tuple(n + 1 for n in correct)
+            fl.accept_shape = shape
             # the observation lines name the K-wide round these accept lengths come from
             self.log.accept_lens_iteration = round_it
+            fl.last_correct = None
 
     def note_schedule(self, scheduler: Any, plan: Any) -> None:
         # the scheduler assigns plan.running_batch to itself only after this call returns

@@ -13,9 +13,10 @@
   the next decode forward's start, with no prefill between, is the next observation's
   ``step_ms``, for a policy that calibrates its step costs online.
 
-Its owner is the controller (`Controller.flight`); the mode actions change it only through its
-methods (DRAINING's exit releases the K-wide forwards, PLAIN and RESYNCING start and end the
-resync).
+Its owner is the controller (`Controller.flight`). The controller's hot path updates it in
+place (it runs on every decode forward: no call per update); everything else changes it through
+its methods: the mode actions (DRAINING's exit releases the K-wide forwards, PLAIN and
+RESYNCING start and end the resync), the start-up profile (`forget_step`).
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ class Flight:
     """The flight state of one rank's forwards (see the module docstring)."""
 
     __slots__ = (
-        "_last_correct",
-        "_wide_its",
         "accept_lens",
         "accept_shape",
         "inflight_wide",
+        "last_correct",
         "prev_bs",
         "prev_kind",
         "prev_shape",
         "prev_t",
         "resync_forwards",
         "resync_left",
+        "wide_its",
     )
 
     def __init__(self, resync_forwards: int) -> None:
@@ -58,41 +59,13 @@ class Flight:
         self.prev_bs = 0
         self.prev_shape: DraftShape | None = None
         self.prev_kind = ""
-        # (iteration, shape) of the K-wide forwards in flight, oldest first
-        self._wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
-        # the verify SGLang just completed: correct drafts per request, until its result is
-        # processed
-        self._last_correct: list[int] | None = None
+        #: (iteration, shape) of the K-wide forwards in flight, oldest first
+        self.wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
+        #: the verify SGLang just completed: correct drafts per request, until its result is
+        #: processed
+        self.last_correct: list[int] | None = None
 
     # ------------------------------------------------------------ K-wide forwards in flight
-    def wide_launched(self, iteration: int, shape: DraftShape | None) -> None:
-        """A K-wide forward of `shape` returned to the scheduler; its result is pending."""
-        self.inflight_wide += 1
-        self._wide_its.append((iteration, shape))
-
-    def verify_complete(self, num_correct_drafts_per_req: list[int]) -> None:
-        self._last_correct = num_correct_drafts_per_req
-
-    def other_result(self) -> None:
-        """A result that is not a K-wide verify's was processed: no accept lengths to take."""
-        self._last_correct = None
-
-    def wide_processed(self, iteration: int, shape: DraftShape | None) -> int | None:
-        """A K-wide result was processed: it leaves flight and its verify's accept lengths
-        become the next observation's; returns the iteration of the round they come from (None:
-        no verify was reported for it). `iteration` and `shape` stand in for a result launched
-        before anything was counted."""
-        if self.inflight_wide > 0:
-            self.inflight_wide -= 1
-        round_it, round_shape = self._wide_its.popleft() if self._wide_its else (iteration, shape)
-        correct = self._last_correct
-        if correct is None:
-            return None
-        self.accept_lens = tuple(n + 1 for n in correct)
-        self.accept_shape = round_shape
-        self._last_correct = None
-        return round_it
-
     def release_wide(self) -> None:
         """DRAINING's exit: specfsm holds no reference to a K-wide forward any more."""
         self.inflight_wide = 0
@@ -100,26 +73,14 @@ class Flight:
     # ------------------------------------------------------------ RESYNCING's progress
     def start_resync(self, zero_tax: bool) -> None:
         """RESYNCING entered: zero-tax waits for the catch-up (`end_resync`), warm PLAIN for
-        ``resync_forwards`` forwards (`resync_forward`)."""
+        ``resync_forwards`` forwards (counted down by the controller)."""
         self.resync_left = 1 if zero_tax else self.resync_forwards
-
-    def resync_forward(self) -> None:
-        """One warm RESYNCING forward ran."""
-        self.resync_left -= 1
 
     def end_resync(self) -> None:
         """Nothing left to catch up (or RESYNCING left): RESYNCED is due / nothing pending."""
         self.resync_left = 0
 
     # ------------------------------------------------------------ the previous decode forward
-    def note_step(self, t: float, bs: int, shape: DraftShape | None, kind: str) -> None:
-        """A decode forward of `bs` requests starts at `t`, drafting `shape` (None: not
-        SPECULATING), running `kind` (`step_kind`)."""
-        self.prev_t = t
-        self.prev_bs = bs
-        self.prev_shape = shape
-        self.prev_kind = kind
-
     def forget_step(self) -> None:
         """The next decode forward's step time would include other work (a prefill, the
         start-up profile's end): it is not reported (step_ms 0)."""
