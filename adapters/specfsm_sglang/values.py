@@ -5,7 +5,6 @@ start-up profile's object. A refused value is a `ConfigError` ``<key>: <reason>`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,40 +12,35 @@ import attrs
 
 from specfsm import Policy
 from specfsm.model.acceptance import DraftShape, parse_shape
-from specfsm.policy import registry
+from specfsm.policy import checks, registry
 from specfsm_sglang.refusal import ConfigError
 
 
 # ------------------------------------------------------------------------------- JSON values
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v  # not NaN
-
-
+# The value rules are the core's (specfsm.policy.checks, which the policy registry checks with);
+# here they refuse with the configuration's ConfigError.
 def check_int(key: str, value: object, minimum: int | None = None, note: str = "") -> int:
     """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
-    too_small = isinstance(value, int) and minimum is not None and value < minimum
-    if isinstance(value, bool) or not isinstance(value, int) or too_small:
-        bound = f" >= {minimum}" if minimum is not None else ""
-        raise ConfigError(key, f"expected an integer{bound}{note}, got {value!r}")
-    return value
+    try:
+        return checks.check_int(key, value, minimum, note)
+    except checks.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from None
 
 
 def check_number(key: str, value: object, lo: float = 0.0, hi: float | None = None) -> float:
-    if not _is_number(value) or value < lo or (hi is not None and value > hi):  # type: ignore[operator]
-        rng = f"in [{lo:g}, {hi:g}]" if hi is not None else f">= {lo:g}"
-        raise ConfigError(key, f"expected a number {rng}, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    """`value` as a float (a JSON number, not NaN, not a bool) in [lo, hi]."""
+    try:
+        return checks.check_number(key, value, lo, hi)
+    except checks.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from None
 
 
 def check_choice(key: str, value: object, choices: tuple[object, ...]) -> Any:
-    if value not in choices or isinstance(value, bool) != any(isinstance(c, bool) for c in choices):
-        allowed = " or ".join(json.dumps(c) for c in choices)
-        raise ConfigError(key, f"expected {allowed}, got {value!r}")
-    return value
+    """`value` if it is one of `choices` (a bool only matches a bool)."""
+    try:
+        return checks.check_choice(key, value, choices)
+    except checks.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from None
 
 
 def check_object(key: str, value: object, what: str) -> dict[str, Any]:
@@ -57,12 +51,11 @@ def check_object(key: str, value: object, what: str) -> dict[str, Any]:
 
 
 def check_keys(key: str, value: Mapping[str, Any], known: tuple[str, ...]) -> None:
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise ConfigError(
-            f"{key}.{unknown[0]}" if key else unknown[0],
-            f"unknown configuration keys {unknown} (known: {', '.join(known)})",
-        )
+    """ConfigError naming the first key of `value` not in `known`."""
+    try:
+        checks.check_keys(key, value, known)
+    except checks.PolicySpecError as exc:
+        raise ConfigError(exc.key, exc.reason) from None
 
 
 # ------------------------------------------------------------------------------- policy, shapes

@@ -24,11 +24,11 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def check_int(key: str, value: object, minimum: int | None = None) -> int:
+def check_int(key: str, value: object, minimum: int | None = None, note: str = "") -> int:
     """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
     if not _is_int(value) or (minimum is not None and value < minimum):  # type: ignore[operator]
         bound = f" >= {minimum}" if minimum is not None else ""
-        raise PolicySpecError(key, f"expected an integer{bound}, got {value!r}")
+        raise PolicySpecError(key, f"expected an integer{bound}{note}, got {value!r}")
     return int(value)  # type: ignore[call-overload,no-any-return]
 
 
