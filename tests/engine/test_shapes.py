@@ -23,7 +23,7 @@ from specfsm.model.acceptance import DraftShape, parse_shape
 pytestmark = pytest.mark.engine
 
 CYCLE = "specfsm_testbed.shape_policies:ShapeCycle"
-# Servers launch with their widest shape (config.check_engine_shapes: SGLang sizes each
+# Servers launch with their widest shape (server_checks.check_engine_shapes: SGLang sizes each
 # request's req_to_token headroom for the launch shape) and list the narrower ones.
 CHAIN5 = {"speculative_num_steps": 5, "speculative_num_draft_tokens": 6}
 TREE348 = {"speculative_num_steps": 3, "speculative_num_draft_tokens": 8}
