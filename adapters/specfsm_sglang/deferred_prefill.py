@@ -40,6 +40,8 @@ class ZeroTaxPlain(Protocol):
 
     def _zero(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor: ...
 
+    def note_prefill(self, batch: Any) -> None: ...
+
 
 def defers(zt: ZeroTaxPlain, batch: Any) -> bool:
     """Whether this prefill (the server PLAIN) runs without the draft: a plain extend batch
@@ -86,9 +88,9 @@ def forward(zt: ZeroTaxPlain, batch: Any, on_publish: Any = None) -> Any:
     bs = len(batch.reqs)
     lens = [int(n) for n in batch.extend_lens]
     prefix = [int(p) for p in batch.prefix_lens]
-    rows = [compat.req_pool_idx(r) for r in batch.reqs]
     at = 0
-    for req, row, p, n in zip(batch.reqs, rows, prefix, lens, strict=True):
+    for req, p, n in zip(batch.reqs, prefix, lens, strict=True):
+        row = compat.req_pool_idx(req)
         assert row is not None  # defers() checked
         zt.store.add(
             row,
@@ -98,7 +100,7 @@ def forward(zt: ZeroTaxPlain, batch: Any, on_publish: Any = None) -> Any:
             hidden[at : at + n].to(zt.lag.hidden.dtype).clone(),
         )
         at += n
-    zt.lag.reset([r for r in rows if r is not None], batch.req_pool_indices)
+    zt.note_prefill(batch)
     st = zt.stats
     st.deferred_prefills += 1
     st.deferred_rows += bs

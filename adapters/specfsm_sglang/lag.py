@@ -20,10 +20,6 @@ import torch
 
 from specfsm_sglang import compat
 
-#: A request whose lag passed its ring is caught up over its newest ``lag_tokens`` positions;
-#: its older draft KV stays stale (lower acceptance for a while), counted as ``overflow_rows``.
-#: Recomputing the older hidden states from the target instead is not implemented.
-
 
 @dataclass
 class LagStats:
@@ -56,6 +52,9 @@ class LagStats:
     history: deque[tuple[int, int, float]] = field(default_factory=lambda: deque(maxlen=256))
 
 
+#: A request whose lag passed its ring is caught up over its newest ``lag_tokens`` positions;
+#: its older draft KV stays stale (lower acceptance for a while), counted as ``overflow_rows``.
+#: Recomputing the older hidden states from the target instead is not implemented.
 class LagBuffer:
     """Per request-pool slot: a ring of ``capacity`` (token, target hidden) pairs.
 

@@ -283,12 +283,15 @@ class ZeroTaxPlain:
 
     # ---------------------------------------------------------------- bookkeeping
     def note_prefill(self, batch: Any) -> None:
-        """A prefill (or mixed) forward ran SGLang's draft-extend over its new requests: their
-        draft is warm, their lag starts at zero."""
-        rows = [i for i in map(compat.req_pool_idx, batch.reqs) if i is not None]
-        if self.store:
-            for req in batch.reqs:  # a slot's entry of an earlier request is dropped
-                if (row := compat.req_pool_idx(req)) is not None:
+        """A prefill (or mixed) forward ran, with SGLang's draft prefill or the deferred one:
+        its requests' lag starts at zero, and a slot's stored prompt of an earlier request is
+        dropped."""
+        rows: list[int] = []
+        for req in batch.reqs:
+            row = compat.req_pool_idx(req)
+            if row is not None:
+                rows.append(row)
+                if self.store:
                     self.store.owned(row, req)
         if len(rows) == len(batch.reqs) and batch.req_pool_indices is not None:
             self.lag.reset(rows, batch.req_pool_indices)
