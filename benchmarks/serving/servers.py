@@ -8,8 +8,8 @@ Servers (``--servers``):
 - ``specfsm``: the same EAGLE server with the specfsm plugin, launched with the goodput policy
   and the start-up profile; its *variants* are set through specfsm's control file between runs,
   on the one server: ``goodput`` (as launched), ``plain`` (pinned PLAIN), ``spec`` (pinned
-  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and, on the GPU
-  bed, ``plain_nodraft`` (pinned PLAIN with the draft's prefill skipped by the harness switch
+  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and
+  ``plain_nodraft`` (pinned PLAIN with the draft's prefill skipped by the harness switch
   in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most);
 - ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1).
 
