@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 import client
 import iters
 import summary
+import sync_report
 import traces
 from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
@@ -88,6 +89,7 @@ def run_server(
     pf_dir = out / "prefill" / name
     bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
     bed.env["SPECFSM_PREFILL_TIMING"] = str(pf_dir) if args.iter_trace and args.bed == "gpu" else ""
+    bed.env["SPECFSM_SYNC_DEBUG"] = str(out / "sync" / "flag") if args.sync_debug else ""
     say(f"{name}: starting ({' '.join(srv.argv()[3:])})")
     try:
         srv.start(args.start_timeout)
@@ -140,6 +142,12 @@ def run_server(
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
                         (out / "metrics").mkdir(exist_ok=True)
                         (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
+        if args.sync_debug:
+            for var in variants:
+                if args.sync_of and (f"{name}_{var}" if var else name) not in args.sync_of:
+                    continue
+                sync_window(args, srv, var, f"{name}_{var}" if var else name, tr, out)
+                mirror(args, out)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
@@ -150,6 +158,50 @@ def run_server(
     log.write(json.dumps({"server": name, "stopped": True, "memory_leak_reported": leak}) + "\n")
     log.flush()
     say(f"{name}: stopped (memory leak reported: {leak})")
+
+
+def sync_window(
+    args: argparse.Namespace,
+    srv: Server,
+    var: str,
+    label: str,
+    tr: dict[str, traces.Trace],
+    out: Path,
+) -> None:
+    """A sync-debug window after the measured runs (benchmarks/serving/sync_report.py): the
+    first trace's lengths at its highest closed-loop level for ``--sync-debug`` seconds, with
+    the scheduler's waits and profile recorded; nothing of it enters the summary's figures."""
+    first = next(iter(tr.values()))
+    level = max((p.level for p in first.phases if p.kind == "closed"), default=64.0)
+    win = dataclasses.replace(
+        first, name="sync", phases=(traces.Phase("closed", level, args.sync_debug),)
+    )
+    flag = out / "sync" / "flag"
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    for old in flag.parent.glob("flag.*.json"):
+        old.unlink()
+    if var:
+        srv.set_variant(var, json.loads(args.goodput))
+    warm(srv)
+    time.sleep(0.5)
+    srv.flush_cache()
+    flag.write_text("")
+    try:
+        client.play(win, srv.url, out / "sync" / f"requests_{label}", procs=args.procs)
+    finally:
+        flag.unlink(missing_ok=True)
+    warm(srv)  # an iteration after the flag went away writes the window's file
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and not list(flag.parent.glob("flag.*.json")):
+        time.sleep(0.5)
+    got = sorted(flag.parent.glob("flag.*.json"))
+    if not got:
+        say(f"{label}: sync-debug window wrote no file")
+        return
+    dst = out / "sync" / f"{label}.json"
+    got[0].replace(dst)
+    for line in sync_report.lines(label, sync_report.load(dst)):
+        say(line)
 
 
 def play_run(
@@ -195,7 +247,7 @@ def mirror(args: argparse.Namespace, out: Path) -> None:
     shutil.copy(out / "runs.jsonl", args.mirror / "runs.jsonl")
     tmp = args.mirror / "serving_results.tgz.tmp"
     with tarfile.open(tmp, "w:gz") as tf:
-        for sub in ("requests", "iters", "prefill", "specfsm", "metrics", "logs"):
+        for sub in ("requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync"):
             if (out / sub).exists():
                 tf.add(out / sub, arcname=sub)
     tmp.replace(args.mirror / "serving_results.tgz")
@@ -269,9 +321,22 @@ def main() -> int:
         action="store_true",
         help="add the simulator's prediction per trace and server (needs the sim extra)",
     )
+    ap.add_argument(
+        "--sync-debug",
+        type=float,
+        default=0.0,
+        help="after each server's runs, a window of this many seconds under CUDA sync debug "
+        "mode and cProfile (the scheduler's waits for the GPU, by call site; not a figure)",
+    )
+    ap.add_argument(
+        "--sync-of",
+        default="",
+        help="the labels that get a sync-debug window, e.g. nospec,specfsm_plain (default all)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     gpu = args.bed == "gpu"
+    args.sync_of = {x for x in args.sync_of.split(",") if x}
     if args.quick:
         args.traces = "light,heavy" if args.traces == ap.get_default("traces") else args.traces
         args.reps = 1 if args.reps == ap.get_default("reps") else args.reps
@@ -335,6 +400,8 @@ def main() -> int:
         srv, tname, rep = key.split(":")
         excl[(srv, tname, int(rep))] = why or "excluded"
     lines = summary.summarize(out / "runs.jsonl", tr, excl)
+    if (out / "sync").is_dir():
+        lines += sync_report.report(out / "sync")
     if args.sim:
         import sim_predict  # the specfsm package and numpy: on the development machine only
 

@@ -140,6 +140,8 @@ class _Finder(importlib.abc.MetaPathFinder):
                         _iter_wrap(cls)
                     elif kind == "adaptive":
                         _adaptive_wrap(cls)
+                    elif kind == "sync":
+                        _sync_wrap(cls)
                     elif kind.startswith("prefill_"):
                         _prefill_wrap(cls, meth, kind[len("prefill_"):])
                     else:
@@ -348,7 +350,95 @@ if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
         ("EAGLEWorkerV2", "build_adaptive_runtime_state", "adaptive"))
 
-if _FILE or _ITER or _PREFILL or _SKIP_FLAG or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
+# ``SPECFSM_SYNC_DEBUG=<flag file>`` (diagnosis only): while the flag file exists, the scheduler
+# runs under ``torch.cuda.set_sync_debug_mode("warn")`` and cProfile. Every call that makes the
+# host wait for the GPU is counted by its Python stack (the last frames) and the forward mode of
+# the batch launched last; when the flag goes away, ``<flag>.<pid>.json`` gets the iterations
+# per mode, the stacks with their counts and the profile's top functions by own time.
+_SYNC = os.environ.get("SPECFSM_SYNC_DEBUG")
+_SYNC_ST: dict = {"on": False, "checked": 0.0, "mode": "-", "iters": {}, "stacks": {}, "prof": None}
+
+
+def _sync_warning(message, category, filename, lineno, file=None, line=None):
+    if "synchroniz" not in str(message):
+        return _SYNC_ST["show"](message, category, filename, lineno, file, line)
+    import traceback
+
+    frames = [f for f in traceback.extract_stack()[:-1]
+              if "warnings" not in f.filename and "sitecustomize" not in f.filename][-8:]
+    where = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}" for f in frames]
+    key = (_SYNC_ST["mode"], *where)
+    _SYNC_ST["stacks"][key] = _SYNC_ST["stacks"].get(key, 0) + 1
+
+
+def _sync_toggle(mode: str) -> None:
+    now = time.time()
+    st = _SYNC_ST
+    if now - st["checked"] > 0.25:
+        st["checked"] = now
+        want = os.path.exists(_SYNC)
+        if want != st["on"]:
+            import cProfile
+            import pstats
+            import warnings
+
+            import torch
+
+            st["on"] = want
+            if want:
+                st["show"] = warnings.showwarning
+                warnings.filterwarnings("always", message=".*synchroniz.*")
+                warnings.showwarning = _sync_warning
+                st["iters"], st["stacks"] = {}, {}
+                st["prof"] = cProfile.Profile()
+                st["prof"].enable()
+                if torch.cuda.is_available():
+                    torch.cuda.set_sync_debug_mode(1)
+            else:
+                if torch.cuda.is_available():
+                    torch.cuda.set_sync_debug_mode(0)
+                st["prof"].disable()
+                warnings.showwarning = st["show"]
+                ps = pstats.Stats(st["prof"])
+                top = sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:60]
+                ours = sorted((kv for kv in ps.stats.items() if "specfsm" in kv[0][0]),
+                              key=lambda kv: -kv[1][3])[:40]
+                rec = {"iters": st["iters"],
+                       "stacks": sorted(([n, *k] for k, n in st["stacks"].items()),
+                                        key=lambda r: -r[0]),
+                       "profile_top_tottime": [
+                           [f"{fn.split('site-packages/')[-1]}:{ln} {name}", cc, round(tt, 4),
+                            round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in top],
+                       "profile_specfsm_cumtime": [
+                           [f"{fn.split('/specfsm')[-1]}:{ln} {name}", cc, round(tt, 4),
+                            round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours]}
+                with open(f"{_SYNC}.{os.getpid()}.json", "w") as fh:
+                    json.dump(rec, fh)
+    if st["on"]:
+        st["mode"] = mode
+        st["iters"][mode] = st["iters"].get(mode, 0) + 1
+
+
+def _sync_wrap(cls) -> None:
+    orig = cls.run_batch
+
+    def run_batch(self, batch, *args, **kwargs):
+        try:
+            fm = batch.forward_mode
+            _sync_toggle("E" if fm.is_extend() else "D" if fm.is_decode() else "I")
+        except Exception as exc:  # a diagnosis must never break the server
+            print(f"[sync-debug] {type(exc).__name__}: {exc}", file=sys.stderr)
+        return orig(self, batch, *args, **kwargs)
+
+    run_batch.__wrapped__ = orig
+    cls.run_batch = run_batch
+
+
+if _SYNC:
+    _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(
+        ("Scheduler", "run_batch", "sync"))
+
+if _FILE or _ITER or _PREFILL or _SKIP_FLAG or _SYNC or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     sys.meta_path.insert(0, _Finder())
 if os.environ.get("SPECFSM_AGREE"):  # bigram target + agreeing draft (agree_weights.py, copied
     __import__("agree_weights").install_hook()  # next to this file by run_on_device.sh)

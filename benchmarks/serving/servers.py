@@ -146,7 +146,8 @@ class Bed:
             env["SGLANG_PLUGINS"] = "specfsm_cpu,specfsm" if server == "specfsm" else "specfsm_cpu"
             if server == "specfsm":
                 env["SPECFSM_SKIP_DRAFT_PREFILL"] = str(self.skip_flag)
-            if env.get("SPECFSM_ITER_TRACE") or server == "specfsm":
+            hooked = env.get("SPECFSM_ITER_TRACE") or env.get("SPECFSM_SYNC_DEBUG")
+            if hooked or server == "specfsm":
                 hook = self.work / "hook"
                 hook.mkdir(parents=True, exist_ok=True)
                 shutil.copy(ROOT / "benchmarks" / "gpu" / "sitecustomize.py", hook)

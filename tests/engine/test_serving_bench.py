@@ -1,7 +1,8 @@
 """benchmarks/serving_bench.py on the CPU bed (so the serving benchmark cannot rot): two real
 HTTP servers (``python -m sglang.launch_server``: no speculation, and EAGLE with specfsm in its
 pinned-PLAIN and goodput variants) under the same closed-loop trace, every request accounted
-for, greedy outputs equal across servers, the summary's lines present."""
+for, greedy outputs equal across servers, the summary's lines present, a sync-debug window
+reported."""
 
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
             "nospec,specfsm",
             "--variants",
             "plain,goodput",
+            "--sync-debug",
+            "2",
+            "--sync-of",
+            "specfsm_plain",
             "--out",
             str(out),
         ],
@@ -60,6 +65,8 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         "serve_specfsm_vs_best_static[light]",
     ):
         _value(lines, key)
+    # the sync-debug window ran on the pinned-PLAIN server and reported its waits
+    assert _value(lines, "serve_sync_waits[specfsm_plain]").split()[0].isdigit(), lines
     # specfsm's transition log shows the variants took effect: PLAIN was entered
     log = (out / "specfsm" / "transitions-rank0.jsonl").read_text()
     assert '"dst":"PLAIN"' in log.replace(" ", ""), log[-2000:]
