@@ -289,3 +289,50 @@ def grow_graph_logits(worker: Any, rows: int) -> int:
         if getattr(r, "graph_shared_output", None) is shared:
             r.graph_shared_output = grown
     return rows
+
+
+def sync_free_prefill_tail(module: Any = None) -> bool:
+    """Make the EAGLE worker's prefill tail tokens sync-free where this SGLang's are not.
+
+    ``_eagle_prefill_tail_tokens`` (the draft prefill's input at a chunk's last position) writes
+    the next prompt token of a chunked request with ``tail[i] = token`` in 0.5.17: a Python
+    scalar assigned through an index is a pageable host-to-device copy, so the scheduler waits
+    for the target prefill before it plans the next batch (benchmarks/gpu/sync_probe.py; on the
+    H200 ~0.5 such waits per prefill iteration of a prefill-bound trace, each as long as the
+    prefill). 0.5.23 writes it with ``fill_``, which keeps the scalar a kernel argument; the
+    same write is installed here when the installed function still assigns. Same values, every
+    mode. Returns whether the sync-free write is in place (installed now or before).
+    ``module``: where the worker looks the function up (default SGLang's eagle_worker_v2)."""
+    import inspect
+
+    if module is None:
+        import importlib
+
+        module = importlib.import_module("sglang.srt.speculative.eagle_worker_v2")
+    orig = getattr(module, "_eagle_prefill_tail_tokens", None)
+    if orig is None:
+        return False
+    if getattr(orig, "_specfsm_sync_free", False):
+        return True
+    try:
+        src = inspect.getsource(orig)
+    except (OSError, TypeError):
+        return False
+    if "tail_tokens[i] = next_prompt_token" not in src:
+        return False
+
+    def tail_tokens(batch: Any, next_token_ids: Any) -> Any:
+        tail = next_token_ids.to(batch.input_ids.dtype)
+        nxt = batch.chunked_req_next_prompt_token
+        if nxt is not None:
+            for i, r in enumerate(batch.reqs):
+                if r is batch.chunked_req:
+                    tail = tail.clone()
+                    tail[i : i + 1].fill_(nxt)
+                    break
+        return tail
+
+    tail_tokens._specfsm_sync_free = True  # type: ignore[attr-defined]
+    tail_tokens.__wrapped__ = orig  # type: ignore[attr-defined]
+    module._eagle_prefill_tail_tokens = tail_tokens
+    return True

@@ -57,7 +57,9 @@ def run(worker: Any, batch: Any, r: Rows) -> tuple[Any, Any]:
         [torch.arange(p, p + n, dtype=torch.int64) for p, n in zip(r.prefix, r.lens, strict=True)]
     ).to(dev, non_blocking=True)
     lens_dev = torch.tensor(r.lens, dtype=torch.int64).to(dev, non_blocking=True)
-    out_cache_loc = req_to_token[torch.repeat_interleave(rows_dev, lens_dev), pos]
+    # output_size given: without it repeat_interleave reads the repeats back (a wait)
+    rows_rep = torch.repeat_interleave(rows_dev, lens_dev, output_size=r.total)
+    out_cache_loc = req_to_token[rows_rep, pos]
 
     cb = copy.copy(batch)
     cb.reqs = [batch.reqs[i] for i in r.idx]

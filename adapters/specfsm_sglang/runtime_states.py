@@ -83,6 +83,8 @@ class EngineStates:
         if narrower:
             # the relay stays K wide whatever shape drafts (specfsm_sglang.relay)
             relay.install(worker, self.topk)
+        #: whether SGLang's prefill tail-token write was replaced by a sync-free one (0.5.17)
+        self.sync_free_tail = compat.sync_free_prefill_tail()
         #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
         self.zero_tax: ZeroTaxPlain | None = None
         if cfg.plain == "zero_tax":

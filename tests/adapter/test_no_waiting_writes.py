@@ -6,7 +6,8 @@ the scheduler thread waits for every kernel already queued, so the host work it 
 the forward (the next batch) runs with the GPU idle (benchmarks/gpu/sync_probe.py shows which
 patterns wait; docs/serving.md has a run). The CPU test bed cannot see such a wait, so the
 source is checked instead: device tensors are written with ``index_fill_`` / ``fill_`` /
-tensor values, and host lists travel with ``non_blocking=True``.
+tensor values, host lists travel with ``non_blocking=True``, and ``repeat_interleave`` is
+given its ``output_size``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ def _blocking_to(tree: ast.AST) -> list[int]:
     return bad
 
 
+def _sized_on_host(tree: ast.AST) -> list[int]:
+    """``repeat_interleave`` without ``output_size``: it reads the repeats back to size its
+    output (a device-to-host copy that waits)."""
+    bad = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "repeat_interleave"
+            and not any(k.arg == "output_size" for k in node.keywords)
+        ):
+            bad.append(node.lineno)
+    return bad
+
+
 def _modules_with_torch() -> list[Path]:
     return [p for p in sorted(ADAPTER.glob("*.py")) if "torch" in p.read_text()]
 
@@ -85,8 +101,21 @@ def test_host_lists_travel_without_waiting() -> None:
     assert found == {}, f"add non_blocking=True: {found}"
 
 
+def test_no_output_sized_from_the_device() -> None:
+    found = {
+        p.name: lines
+        for p in _modules_with_torch()
+        if (lines := _sized_on_host(ast.parse(p.read_text())))
+    }
+    assert found == {}, f"give repeat_interleave its output_size: {found}"
+
+
 def test_the_checks_catch_the_patterns() -> None:
-    src = "t[idx] = 0\nu[5] = 7\nv = torch.tensor([1]).to(dev)\ncount[r] = 0\n"
+    src = (
+        "t[idx] = 0\nu[5] = 7\nv = torch.tensor([1]).to(dev)\ncount[r] = 0\n"
+        "w = torch.repeat_interleave(a, b)\nx = torch.repeat_interleave(a, b, output_size=n)\n"
+    )
     tree = ast.parse(src)
     assert _scalar_into_index(tree) == [1, 2]
     assert _blocking_to(tree) == [3]
+    assert _sized_on_host(tree) == [5]
