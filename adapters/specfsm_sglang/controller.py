@@ -145,7 +145,7 @@ class Controller(PolicySwitchboard):
 
         #: what is in flight between the hooks' calls, read by the completion events: the hot
         #: path below updates it in place, the mode actions through its methods
-        self.flight = Flight(cfg.resync_forwards)
+        self.flight = Flight(cfg.resync_forwards, self.overlap)
         self.iteration = 0
         self.running = 0
         self.queued = 0
@@ -201,6 +201,7 @@ class Controller(PolicySwitchboard):
                     else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
                 ),
                 "build_plain_state_s": round(states.build_plain_s, 3),
+                "sync_free_prefill_tail": states.sync_free_tail,
                 "shape_states": {
                     "launch": self.launch_shape.label(),
                     **states.shape_builds,
@@ -257,7 +258,7 @@ class Controller(PolicySwitchboard):
             bs = self.global_load(bs)
         now = perf_counter()
         fl = self.flight
-        prev_t = fl.prev_t
+        prev_t = fl.step_start()
         obs = Observation(
             iteration=it,
             decode_bs=bs,

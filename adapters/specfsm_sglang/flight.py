@@ -11,7 +11,12 @@
   request caught up (`ZeroTaxPlain.resync_done`).
 - The previous decode forward (start time, batch size, shape, kind): the time from its start to
   the next decode forward's start, with no prefill between, is the next observation's
-  ``step_ms``, for a policy that calibrates its step costs online.
+  ``step_ms``, for a policy that calibrates its step costs online. With overlap scheduling the
+  host runs one batch ahead of the GPU: the second decode forward after a prefill is launched
+  only once the prefill's result was processed, so its interval still holds the prefill's GPU
+  time, and it is not reported either (on the H200 such intervals priced a zero-tax PLAIN step
+  at bs 128 at 1.3x its cost and a chain-3 step at bs 56 at 2x, and the goodput policy
+  switched each time it measured the mode it was in).
 
 Its owner is the controller (`Controller.flight`). The controller's hot path updates it in
 place (it runs on every decode forward: no call per update); everything else changes it through
@@ -41,10 +46,12 @@ class Flight:
         "prev_t",
         "resync_forwards",
         "resync_left",
+        "stale_after_extend",
+        "stale_steps",
         "wide_its",
     )
 
-    def __init__(self, resync_forwards: int) -> None:
+    def __init__(self, resync_forwards: int, overlap: bool = False) -> None:
         #: K-wide forwards launched whose results are not processed yet
         self.inflight_wide = 0
         #: what RESYNCING has left to do (0: RESYNCED is due)
@@ -59,6 +66,10 @@ class Flight:
         self.prev_bs = 0
         self.prev_shape: DraftShape | None = None
         self.prev_kind = ""
+        #: decode intervals still to leave unreported (they hold other work), and how many a
+        #: prefill makes: the next decode forward's, and with overlap the one after it
+        self.stale_steps = 0
+        self.stale_after_extend = 1 if overlap else 0
         #: (iteration, shape) of the K-wide forwards in flight, oldest first
         self.wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
         #: the verify SGLang just completed: correct drafts per request, until its result is
@@ -81,10 +92,20 @@ class Flight:
         self.resync_left = 0
 
     # ------------------------------------------------------------ the previous decode forward
+    def step_start(self) -> float:
+        """At a decode forward: the previous decode forward's start when the interval since is
+        the previous step as served, else 0.0 (none to report)."""
+        if self.prev_t and self.stale_steps:
+            self.stale_steps -= 1
+            return 0.0
+        return self.prev_t
+
     def forget_step(self) -> None:
         """The next decode forward's step time would include other work (a prefill, the
-        start-up profile's end): it is not reported (step_ms 0)."""
+        start-up profile's end): it is not reported (step_ms 0), nor with overlap the one after
+        it."""
         self.prev_t = 0.0
+        self.stale_steps = self.stale_after_extend
 
 
 def step_kind(mode: Mode, zero_tax: bool) -> str:
