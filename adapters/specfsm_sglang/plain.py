@@ -83,7 +83,11 @@ class ZeroTaxPlain:
     """PLAIN's decode state and lag buffer for one EAGLEWorkerV2 (one scheduler rank)."""
 
     def __init__(
-        self, worker: Any, lag_tokens: int, catchup_tokens: int, defer_prefill_tokens: int = 0
+        self,
+        worker: Any,
+        lag_tokens: int,
+        catchup_tokens: int,
+        defer_prefill_tokens: int | str = 0,
     ) -> None:
         self.worker = worker
         self.catchup_tokens = catchup_tokens
@@ -117,13 +121,19 @@ class ZeroTaxPlain:
         tb = LagBuffer.token_bytes(width, dtype)
         #: the deferred prompts' budget, lowered to what half the free memory leaves beside the
         #: lag buffer (a default that fits a large GPU must not refuse a small one's start)
-        self.defer_prefill_asked = defer_prefill_tokens
+        # "pool": a deferred prompt's positions are in the target's KV pool while its request
+        # runs, so a store of the pool's size never turns a prefill away
+        budget = (
+            int(getattr(tmr, "max_total_num_tokens", 0) or 0)
+            if defer_prefill_tokens == "pool"
+            else int(defer_prefill_tokens)
+        )
         if free:
-            defer_prefill_tokens = max(0, min(defer_prefill_tokens, (free // 2 - need) // tb))
+            budget = max(0, min(budget, (free // 2 - need) // tb))
         self.lag = LagBuffer(slots, lag_tokens, width, dtype, device)
         self.stats = LagStats()
         #: prompts prefilled while PLAIN without the draft's prefill (deferred_prefill.py)
-        self.store = PromptStore(defer_prefill_tokens, self.stats)
+        self.store = PromptStore(budget, self.stats)
         self.topk = int(worker.topk)
         dw = worker._draft_worker
         from sglang.srt.speculative.eagle_utils import get_draft_recurrent_hidden_state_spec
@@ -163,8 +173,9 @@ class ZeroTaxPlain:
             "lag_bytes_per_token": self.lag.bytes_per_token,
             "lag_buffer_bytes": self.lag.nbytes,
             "catchup_tokens": self.catchup_tokens,
-            "defer_prefill_tokens": self.store.budget,
-            "defer_prefill_tokens_asked": self.defer_prefill_asked,
+            # the store's budget as built ("pool" resolved, lowered to the free memory); the
+            # configured value is the line's defer_prefill_tokens
+            "defer_prefill_budget": self.store.budget,
             "defer_prefill_max_bytes": self.store.budget * self.lag.bytes_per_token,
         }
 

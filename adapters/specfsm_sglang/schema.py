@@ -33,8 +33,9 @@ The keys (the operator's reference is docs/config.md, checked by `specfsm config
   catchup_tokens    zero_tax: lag tokens one RESYNCING iteration catches up (default 8192; never
                     below 2 x batch size + lag_tokens, so that RESYNCING ends)
   defer_prefill_tokens  zero_tax: prompt tokens prefilled while PLAIN without the draft's
-                    prefill, kept (token + target hidden state each) for RESYNCING's catch-up
-                    (default 131072, all requests together; lowered at start to half the free
+                    prefill, kept (token + target hidden state each) for RESYNCING's catch-up,
+                    all requests together (default "pool": the target's KV pool in tokens, so
+                    a prompt in the pool always fits; lowered at start to half the free
                     memory; 0: the draft prefills every prompt at once, in every mode)
   max_policy_faults faults of one policy after which it is replaced by the fixed PLAIN policy
                     (default 3)
@@ -97,6 +98,12 @@ DEFAULT_POLICY: dict[str, Any] = {
 PLAIN_KINDS = PLAIN_VARIANTS
 
 
+def _check_defer(key: str, value: object) -> int | str:
+    if value == "pool":
+        return "pool"
+    return check_int(key, value, 0, note=' or "pool"')
+
+
 def _v(check: Callable[[str, object], Any]) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     """An attrs validator running `check(key, value)`."""
 
@@ -153,8 +160,8 @@ class Config:
     catchup_tokens: int = attrs.field(default=8192, validator=_v(lambda k, v: check_int(k, v, 2)))
     #: prompt positions of prefills run while PLAIN without the draft's prefill, kept for
     #: RESYNCING's catch-up (all requests together); 0: the draft prefills every prompt at once
-    defer_prefill_tokens: int = attrs.field(
-        default=131072, validator=_v(lambda k, v: check_int(k, v, 0))
+    defer_prefill_tokens: int | str = attrs.field(
+        default="pool", validator=_v(lambda k, v: _check_defer(k, v))
     )
     #: draft shapes besides the launch shape that SPECULATING may RESHAPE to (labels as
     #: `parse_shape` reads them); each gets a runtime state built at start-up

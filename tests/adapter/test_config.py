@@ -90,6 +90,10 @@ def test_layering(tmp_path: Path) -> None:
         ({"SPECFSM_POLICY": "every:k=0"}, "policy.k: expected an integer >= 1, got 0"),
         ({"SPECFSM_POLICY": "random:p=2"}, "policy.p: expected a number in [0, 1], got 2"),
         ({"SPECFSM_POLICY": "threshold:high=9,low=1,x=1"}, "policy.x: unknown configuration"),
+        (
+            {"SPECFSM_CONFIG_JSON": '{"defer_prefill_tokens": "all"}'},
+            "defer_prefill_tokens: expected an integer >= 0 or \"pool\", got 'all'",
+        ),
     ],
 )
 def test_refusals_name_key_and_allowed_values(env: dict[str, str], line: str) -> None:
@@ -121,6 +125,13 @@ def test_log_directory_created_or_refused(tmp_path: Path) -> None:
         ro.chmod(0o500)
         with pytest.raises(ConfigError, match="not writable"):
             resolve({"SPECFSM_POLICY": "fixed:speculate=true", "SPECFSM_LOG": f"{ro}/x.jsonl"})
+
+
+def test_defer_prefill_tokens_default_is_the_pool() -> None:
+    """The deferred-prompt store defaults to the KV pool's size; an integer sets it."""
+    assert resolve({"SPECFSM_POLICY": "fixed:speculate=true"}).defer_prefill_tokens == "pool"
+    cfg = resolve({"SPECFSM_CONFIG_JSON": '{"defer_prefill_tokens": 4096}'})
+    assert cfg.defer_prefill_tokens == 4096
 
 
 def test_shorthand_keeps_plugin_paths() -> None:
