@@ -401,7 +401,7 @@ def _sync_toggle(mode: str) -> None:
                 warnings.showwarning = st["show"]
                 ps = pstats.Stats(st["prof"])
                 top = sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:60]
-                ours = sorted((kv for kv in ps.stats.items() if "specfsm" in kv[0][0]),
+                ours = sorted((kv for kv in ps.stats.items() if "specfsm_sglang" in kv[0][0]),
                               key=lambda kv: -kv[1][3])[:40]
                 rec = {"iters": st["iters"],
                        "stacks": sorted(([n, *k] for k, n in st["stacks"].items()),
@@ -410,7 +410,7 @@ def _sync_toggle(mode: str) -> None:
                            [f"{fn.split('site-packages/')[-1]}:{ln} {name}", cc, round(tt, 4),
                             round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in top],
                        "profile_specfsm_cumtime": [
-                           [f"{fn.split('/specfsm')[-1]}:{ln} {name}", cc, round(tt, 4),
+                           [f"{fn.split('/adapters/')[-1]}:{ln} {name}", cc, round(tt, 4),
                             round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours]}
                 with open(f"{_SYNC}.{os.getpid()}.json", "w") as fh:
                     json.dump(rec, fh)
