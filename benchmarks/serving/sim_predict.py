@@ -370,7 +370,9 @@ def sim_lines(
         f"{SHAPE.label()}, accept length {accept_len:g}, mean of {seeds} simulator seeds; "
         "tok/s = output tokens committed inside the trace's window / window seconds",
         f"# PARTLY FITTED: prefill priced at {t_us:g} us (target) + {d_us:g} us (draft) of GPU "
-        "time per prompt token, the pooled prefill_gpu of these same runs (the simulator's own "
+        "time per prompt token, the pooled prefill_gpu of the H200 serving runs in "
+        "benchmarks/gpu/results/2026-12-02_serving (fitted on those, out of sample for any "
+        "other run; the simulator's own "
         f"table approximation, {1000 * probe.prefill_ms_per_token_target:.1f} + "
         f"{1000 * probe.prefill_ms_per_token_draft:.1f} us, on the serve_sim_table_prefill lines); "
         "Poisson rates and mean lengths from the trace's own requests; decode steps from the table",

@@ -38,7 +38,14 @@ def lines(label: str, rec: dict[str, Any], top: int = 6) -> list[str]:
     out = [f"serve_sync_waits[{label}]: {sum(per_mode.values())} waits; {rates or 'no iterations'}"]
     for site, n in sorted(sites.items(), key=lambda kv: -kv[1])[:top]:
         out.append(f"#   {n:6d}  {site}")
-    for name, calls, tottime, cumtime in rec.get("profile_specfsm_cumtime", [])[:top]:
+    ours = [
+        r
+        for r in rec.get("profile_specfsm_cumtime", [])
+        # specfsm's modules only (a window recorded before the hook matched on
+        # specfsm_sglang also holds the box's site folder, /tmp/specfsm_site)
+        if "specfsm_sglang" in r[0] or r[0].startswith("_sglang/")
+    ]
+    for name, calls, tottime, cumtime in ours[:top]:
         out.append(
             f"#   specfsm cumtime {cumtime:8.3f} s own {tottime:7.3f} s {calls:7d} calls  {name}"
         )

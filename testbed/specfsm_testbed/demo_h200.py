@@ -93,30 +93,33 @@ def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
 
 
 def report_serving(out: TextIO = sys.stdout) -> None:
-    """The measured serving run: real servers under changing loads, tokens/s as served."""
+    """The measured serving runs: real servers under changing loads, tokens/s as served, before
+    and after PLAIN stopped running the draft's prefill."""
     text = resources.files("specfsm").joinpath(*SERVING).read_text()
     body = io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
-    tok: dict[str, dict[str, float]] = {}
+    tok: dict[str, dict[str, dict[str, float]]] = {}
     for r in csv.DictReader(body):
-        tok.setdefault(r["trace"], {})[r["server"]] = float(r["tok_s"])
+        tok.setdefault(r["run"], {}).setdefault(r["trace"], {})[r["server"]] = float(r["tok_s"])
     out.write(
-        "\nAs served (2026-12-02, same H200, real sglang.launch_server servers one after another\n"
-        "under the same changing loads, radix cache flushed per run; output tokens/s):\n\n"
+        "\nAs served (2026-12-02, H200, real sglang.launch_server servers one after another\n"
+        "under the same changing loads, radix cache flushed per run; output tokens/s; '-': not\n"
+        "run). 'before': PLAIN still ran the draft's prefill of every prompt; 'deferred': PLAIN\n"
+        "defers it to RESYNCING and its lag reset no longer waits for the GPU:\n\n"
     )
     cols = ["nospec", "eagle", "specfsm_plain", "specfsm_spec", "specfsm_goodput"]
-    out.write(f"{'trace':<7}" + "".join(f"{c:>17}" for c in cols) + "\n")
-    for trace, row in tok.items():
-        out.write(f"{trace:<7}" + "".join(f"{row.get(c, float('nan')):>17.0f}" for c in cols))
-        out.write("\n")
-    h = tok.get("heavy", {})
-    if {"nospec", "specfsm_plain", "specfsm_plain_nodraft"} <= h.keys():
+    out.write(f"{'run':<9}{'trace':<7}" + "".join(f"{c:>16}" for c in cols) + "\n")
+    for run, traces in tok.items():
+        for trace, row in traces.items():
+            cells = "".join(f"{row[c]:>16.0f}" if c in row else f"{'-':>16}" for c in cols)
+            out.write(f"{run:<9}{trace:<7}{cells}\n")
+    b = tok.get("before", {}).get("heavy", {})
+    d = tok.get("deferred", {}).get("heavy", {})
+    if {"nospec", "specfsm_plain"} <= b.keys() and {"nospec", "specfsm_plain"} <= d.keys():
         out.write(
-            f"\nReading it: under a prefill-bound load PLAIN on a speculative server served "
-            f"{h['specfsm_plain'] / h['nospec']:.3f}x\na server without a draft; skipping the "
-            f"draft's prefill of every prompt raised it to "
-            f"{h['specfsm_plain_nodraft'] / h['nospec']:.3f}x. Zero-tax\nPLAIN now defers that "
-            "prefill to RESYNCING and no longer waits for the GPU after each\nprefill; the "
-            "serving figure with both is not measured yet (docs/serving.md).\n"
+            f"\nReading it: under a prefill-bound load (heavy) PLAIN on a speculative server "
+            f"served\n{b['specfsm_plain'] / b['nospec']:.3f}x a server without a draft before, "
+            f"{d['specfsm_plain'] / d['nospec']:.3f}x with the deferred draft prefill\n"
+            "(docs/serving.md has the spread, the bursty trace and what is still missed).\n"
         )
     out.flush()
 
