@@ -106,3 +106,43 @@ def test_metric_names_parser() -> None:
         "* on(tp_rank) group_left(mode) (sglang:y == 1)"
     )
     assert metric_names(expr) == {"specfsm_x_total", "sglang:y"}
+
+
+#: a real server's /metrics on the H200, scraped after a serving run (specfsm, goodput policy)
+H200_SCRAPE = (
+    ROOT / "benchmarks" / "gpu" / "results" / "2026-12-02_serving_deferred" / "metrics_specfsm.txt"
+)
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(text: str) -> dict[str, list[dict[str, str]]]:
+    """Prometheus text exposition: each series name with the label sets of its samples."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        assert m is not None, line
+        out.setdefault(m.group(1), []).append(dict(_LABEL.findall(m.group(2) or "")))
+    return out
+
+
+def test_dashboard_queries_find_data_on_the_h200_scrape() -> None:
+    """Against /metrics of a real specfsm server on the H200: every series a panel names has
+    samples, every equality matcher (mode="SPECULATING") matches one, and the series a join
+    combines share one set of SGLang's scheduler labels, so each query returns data."""
+    series = scrape(H200_SCRAPE.read_text())
+    dash = json.loads(DASHBOARD.read_text())
+    for expr in expressions(dash):
+        names = metric_names(expr)
+        assert names <= series.keys(), (sorted(names - series.keys()), expr)
+        for name, body in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}", expr):
+            fixed = dict(re.findall(r'(\w+)="([^"$]*)"', body))
+            if name in names and fixed:
+                assert any(fixed.items() <= s.items() for s in series[name]), (name, fixed)
+        if re.search(r"\bon\s*\(", expr):
+            keys = [
+                {tuple(s.get(k, "") for k in sorted(JOIN_LABELS)) for s in series[n]} for n in names
+            ]
+            assert set.intersection(*keys), expr
