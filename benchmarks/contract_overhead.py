@@ -1,7 +1,7 @@
 """Cost of the SGLang adapter's spec-state contract check per decode forward.
 
 Builds the adapter's real contract set over a real `EagleDraftInput` with real CPU tensors
-(batch sizes 1..256) and times `Contracts.check` for SPECULATING and PLAIN in one run. The
+(batch sizes 1, 16, 256) and times `Contracts.check` in SPECULATING. The
 in-engine figure is also recorded by the test channel (`contract_ns / contract_checks`).
 Needs the project environment (torch + sglang): python benchmarks/contract_overhead.py
 """
@@ -22,6 +22,7 @@ def main() -> int:
     cpu_boot.boot()
     import torch
     from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from specfsm_sglang import relay
     from specfsm_sglang.batch_contracts import BatchSubject, build_contracts
 
     from specfsm import Mode
@@ -30,9 +31,29 @@ def main() -> int:
         def is_idle(self) -> bool:
             return False
 
-    dw = NS(speculative_num_steps=3, speculative_num_draft_tokens=4)
-    worker = NS(speculative_num_steps=3, speculative_num_draft_tokens=4, _draft_worker=dw)
-    ctl = NS(worker=worker, topk=1, spec_steps=3, spec_tokens=4, zero_tax=None)
+    dw = NS(speculative_num_steps=3, speculative_num_draft_tokens=4, topk=1)
+    tmr = NS(attn_backend=object())
+    worker = NS(
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=4,
+        topk=1,
+        _draft_worker=dw,
+        _target_worker=NS(model_runner=tmr),
+    )
+    # what the contracts read of the controller (batch_contracts.ContractView); the machine's
+    # shape None: SPECULATING at the launch shape
+    ctl = NS(
+        worker=worker,
+        topk=1,
+        spec_steps=3,
+        spec_tokens=4,
+        zero_tax=None,
+        fsm=NS(shape=None),
+        shape_states={},
+    )
+    # outside an engine SGLang has no published spec config for get_spec() to read; the
+    # server's top-k stands in (one attribute read in the engine)
+    relay.spec_topk = lambda: 1
     contracts = build_contracts(ctl, 1)
     sub = BatchSubject(ctl)  # type: ignore[arg-type]
     results = {}
