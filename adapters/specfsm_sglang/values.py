@@ -5,7 +5,8 @@ start-up profile's object. A refused value is a `ConfigError` ``<key>: <reason>`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -19,28 +20,30 @@ from specfsm_sglang.refusal import ConfigError
 # ------------------------------------------------------------------------------- JSON values
 # The value rules are the core's (specfsm.policy.checks, which the policy registry checks with);
 # here they refuse with the configuration's ConfigError.
-def check_int(key: str, value: object, minimum: int | None = None, note: str = "") -> int:
-    """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
+@contextmanager
+def _as_config_error() -> Iterator[None]:
     try:
-        return checks.check_int(key, value, minimum, note)
+        yield
     except checks.PolicySpecError as exc:
         raise ConfigError(exc.key, exc.reason) from None
+
+
+def check_int(key: str, value: object, minimum: int | None = None, note: str = "") -> int:
+    """`value` as an int (a JSON integer; not a bool, not a string) >= minimum."""
+    with _as_config_error():
+        return checks.check_int(key, value, minimum, note)
 
 
 def check_number(key: str, value: object, lo: float = 0.0, hi: float | None = None) -> float:
     """`value` as a float (a JSON number, not NaN, not a bool) in [lo, hi]."""
-    try:
+    with _as_config_error():
         return checks.check_number(key, value, lo, hi)
-    except checks.PolicySpecError as exc:
-        raise ConfigError(exc.key, exc.reason) from None
 
 
 def check_choice(key: str, value: object, choices: tuple[object, ...]) -> Any:
     """`value` if it is one of `choices` (a bool only matches a bool)."""
-    try:
+    with _as_config_error():
         return checks.check_choice(key, value, choices)
-    except checks.PolicySpecError as exc:
-        raise ConfigError(exc.key, exc.reason) from None
 
 
 def check_object(key: str, value: object, what: str) -> dict[str, Any]:
@@ -52,10 +55,8 @@ def check_object(key: str, value: object, what: str) -> dict[str, Any]:
 
 def check_keys(key: str, value: Mapping[str, Any], known: tuple[str, ...]) -> None:
     """ConfigError naming the first key of `value` not in `known`."""
-    try:
+    with _as_config_error():
         checks.check_keys(key, value, known)
-    except checks.PolicySpecError as exc:
-        raise ConfigError(exc.key, exc.reason) from None
 
 
 # ------------------------------------------------------------------------------- policy, shapes
