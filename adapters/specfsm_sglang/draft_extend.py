@@ -35,10 +35,10 @@ class Rows:
         return int(sum(self.lens))
 
 
-def run(worker: Any, batch: Any, r: Rows) -> tuple[Any, Any]:
+def run(worker: Any, batch: Any, r: Rows) -> tuple[Any, Any, torch.Tensor]:
     """The draft forward over ``r`` (rows of ``batch``): its logits output (LAST capture: one
-    hidden state and one logits row per request) and the sampling info the rows were run
-    with."""
+    hidden state and one logits row per request), the sampling info the rows were run with,
+    and ``r.idx`` on the device (for writing the rows' results back)."""
     from sglang.srt.model_executor.forward_batch_info import (
         CaptureHiddenMode,
         ForwardBatch,
@@ -94,7 +94,7 @@ def run(worker: Any, batch: Any, r: Rows) -> tuple[Any, Any]:
         return_hidden_states_before_norm=False,
     )
     fwd.return_logprob = False
-    return dw.draft_runner.forward(fwd).logits_output, cb.sampling_info
+    return dw.draft_runner.forward(fwd).logits_output, cb.sampling_info, idx_dev
 
 
 def select_topk(

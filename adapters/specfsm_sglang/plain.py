@@ -257,7 +257,7 @@ class ZeroTaxPlain:
                 nxt.hidden_states = torch.zeros((bs, size), dtype=hdtype, device=dev)
             if seq_after_cpu is None:
                 seq_after_cpu = new_seq_lens.cpu().tolist()
-            self.resync_done = self._catch_up(batch, nxt, new_seq_lens, seq_after_cpu)
+            self.resync_done = self._catch_up(batch, nxt, seq_after_cpu)
         else:
             nxt.topk_p = self._zero("topk_p", (bs, self.topk), torch.float32)
             nxt.topk_index = self._zero("topk_index", (bs, self.topk), torch.int64)
@@ -322,9 +322,7 @@ class ZeroTaxPlain:
         self.store.drop(row)
         return None
 
-    def _catch_up(
-        self, batch: Any, nxt: Any, seq_after: torch.Tensor, seq_after_cpu: list[int]
-    ) -> bool:
+    def _catch_up(self, batch: Any, nxt: Any, seq_after_cpu: list[int]) -> bool:
         """Batched draft-extend over what the draft has not seen of this batch's requests (the
         lag ring's positions and, for requests prefilled while PLAIN, their deferred prompt
         positions before them): all of it, or the requests that fit in the iteration's budget;
@@ -402,11 +400,9 @@ class ZeroTaxPlain:
     def _relay_draft_input(self, batch: Any, nxt: Any, rows: draft_extend.Rows) -> None:
         """Run the draft over ``rows`` and write the draft input a warm draft would relay
         (top-k, draft hidden state) into their rows of ``nxt``."""
-        logits_output, sampling_info = draft_extend.run(self.worker, batch, rows)
+        logits_output, sampling_info, idx_dev = draft_extend.run(self.worker, batch, rows)
         self.stats.draft_forwards += 1
         topk_p, topk_index = draft_extend.select_topk(logits_output, sampling_info, self.topk)
-        dev = nxt.topk_p.device
-        idx_dev = torch.tensor(rows.idx, dtype=torch.int64).to(dev, non_blocking=True)
         nxt.topk_p[idx_dev] = topk_p.to(nxt.topk_p.dtype)
         nxt.topk_index[idx_dev] = topk_index.to(nxt.topk_index.dtype)
         if nxt.hidden_states is not None and logits_output.hidden_states is not None:
