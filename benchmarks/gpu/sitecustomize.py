@@ -136,12 +136,10 @@ class _Finder(importlib.abc.MetaPathFinder):
             for cls_name, meth, kind in _TARGETS[fullname]:
                 cls = getattr(module, cls_name, None)
                 if cls is not None and hasattr(cls, meth):
-                    if kind == "iter":
-                        _iter_wrap(cls)
+                    if kind == "run_batch":
+                        _run_batch_wrap(cls)
                     elif kind == "adaptive":
                         _adaptive_wrap(cls)
-                    elif kind == "sync":
-                        _sync_wrap(cls)
                     elif kind.startswith("prefill_"):
                         _prefill_wrap(cls, meth, kind[len("prefill_"):])
                     else:
@@ -169,21 +167,30 @@ def _iter_flush() -> None:
         _ITER_BUF.clear()
 
 
-def _iter_wrap(cls) -> None:
+def _iter_record(sched, batch, fm) -> None:
+    mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D"
+    mode = mode if fm.is_extend() or fm.is_decode() else "I"
+    ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
+    running = sched.running_batch.batch_size() if sched.running_batch is not None else 0
+    free = sched.token_to_kv_pool_allocator.available_size()
+    _ITER_BUF.append([round(time.time(), 5), mode, batch.batch_size(), ext,
+                      len(sched.waiting_queue), running, int(free)])
+    if len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0:
+        _iter_flush()
+
+
+def _run_batch_wrap(cls) -> None:
+    """Scheduler.run_batch, once for both per-iteration hooks: the iteration trace
+    (``SPECFSM_ITER_TRACE``) and the sync-debug window's toggle (``SPECFSM_SYNC_DEBUG``)."""
     orig = cls.run_batch
 
     def run_batch(self, batch, *args, **kwargs):
         try:
             fm = batch.forward_mode
-            mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D"
-            mode = mode if fm.is_extend() or fm.is_decode() else "I"
-            ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
-            running = self.running_batch.batch_size() if self.running_batch is not None else 0
-            free = self.token_to_kv_pool_allocator.available_size()
-            _ITER_BUF.append([round(time.time(), 5), mode, batch.batch_size(), ext,
-                              len(self.waiting_queue), running, int(free)])
-            if len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0:
-                _iter_flush()
+            if _SYNC:
+                _sync_toggle("E" if fm.is_extend() else "D" if fm.is_decode() else "I")
+            if _ITER:
+                _iter_record(self, batch, fm)
         except Exception as exc:  # a trace must never break the server
             print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
         return orig(self, batch, *args, **kwargs)
@@ -197,9 +204,6 @@ if _ITER:
 
     os.makedirs(_ITER, exist_ok=True)
     atexit.register(_iter_flush)
-    _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(
-        ("Scheduler", "run_batch", "iter")
-    )
 
 # ``SPECFSM_PREFILL_TIMING=<dir>``: GPU time of each prefill piece, from CUDA events (no
 # synchronize: an event pair is read once the GPU passed its end, so overlap is untouched).
@@ -419,24 +423,11 @@ def _sync_toggle(mode: str) -> None:
         st["iters"][mode] = st["iters"].get(mode, 0) + 1
 
 
-def _sync_wrap(cls) -> None:
-    orig = cls.run_batch
-
-    def run_batch(self, batch, *args, **kwargs):
-        try:
-            fm = batch.forward_mode
-            _sync_toggle("E" if fm.is_extend() else "D" if fm.is_decode() else "I")
-        except Exception as exc:  # a diagnosis must never break the server
-            print(f"[sync-debug] {type(exc).__name__}: {exc}", file=sys.stderr)
-        return orig(self, batch, *args, **kwargs)
-
-    run_batch.__wrapped__ = orig
-    cls.run_batch = run_batch
-
-
-if _SYNC:
+# the toggle runs in Scheduler.run_batch's wrapper (_run_batch_wrap), beside the iteration trace
+if _ITER or _SYNC:
     _TARGETS.setdefault("sglang.srt.managers.scheduler", []).append(
-        ("Scheduler", "run_batch", "sync"))
+        ("Scheduler", "run_batch", "run_batch")
+    )
 
 if _FILE or _ITER or _PREFILL or _SKIP_FLAG or _SYNC or os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     sys.meta_path.insert(0, _Finder())

@@ -13,7 +13,10 @@ given its ``output_size``.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 ADAPTER = Path(__file__).resolve().parents[2] / "adapters" / "specfsm_sglang"
 #: host-side Python lists the adapter indexes with scalars (not tensors)
@@ -83,31 +86,20 @@ def _modules_with_torch() -> list[Path]:
     return [p for p in sorted(ADAPTER.glob("*.py")) if "torch" in p.read_text()]
 
 
-def test_no_scalar_written_through_an_index() -> None:
+@pytest.mark.parametrize(
+    ("find", "fix"),
+    [
+        (_scalar_into_index, "use index_fill_ / fill_ on device tensors"),
+        (_blocking_to, "add non_blocking=True"),
+        (_sized_on_host, "give repeat_interleave its output_size"),
+    ],
+    ids=["scalar-through-index", "blocking-to", "repeat-interleave-size"],
+)
+def test_adapter_never_waits_for_the_gpu(find: Callable[[ast.AST], list[int]], fix: str) -> None:
     found = {
-        p.name: lines
-        for p in _modules_with_torch()
-        if (lines := _scalar_into_index(ast.parse(p.read_text())))
+        p.name: lines for p in _modules_with_torch() if (lines := find(ast.parse(p.read_text())))
     }
-    assert found == {}, f"use index_fill_ / fill_ on device tensors: {found}"
-
-
-def test_host_lists_travel_without_waiting() -> None:
-    found = {
-        p.name: lines
-        for p in _modules_with_torch()
-        if (lines := _blocking_to(ast.parse(p.read_text())))
-    }
-    assert found == {}, f"add non_blocking=True: {found}"
-
-
-def test_no_output_sized_from_the_device() -> None:
-    found = {
-        p.name: lines
-        for p in _modules_with_torch()
-        if (lines := _sized_on_host(ast.parse(p.read_text())))
-    }
-    assert found == {}, f"give repeat_interleave its output_size: {found}"
+    assert found == {}, f"{fix}: {found}"
 
 
 def test_the_checks_catch_the_patterns() -> None:
