@@ -121,12 +121,7 @@ def run_server(
                     label = f"{name}_{var}" if var else name
                     if not srv.alive():
                         raise RuntimeError(f"{name}: server died\n{srv.log_tail()}")
-                    if var:
-                        srv.set_variant(var, json.loads(args.goodput))
-                    warm(srv)
-                    time.sleep(0.5)
-                    if not srv.flush_cache():
-                        say(f"{name}: /flush_cache refused for 60 s; the run starts warm")
+                    prepare(srv, var, args)
                     play_run(
                         args,
                         trace,
@@ -144,10 +139,10 @@ def run_server(
                         (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
         if args.sync_debug:
             for var in variants:
-                if args.sync_of and (f"{name}_{var}" if var else name) not in args.sync_of:
-                    continue
-                sync_window(args, srv, var, f"{name}_{var}" if var else name, tr, out)
-                mirror(args, out)
+                label = f"{name}_{var}" if var else name
+                if not args.sync_of or label in args.sync_of:
+                    sync_window(args, srv, var, label, tr, out)
+                    mirror(args, out)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
@@ -158,6 +153,17 @@ def run_server(
     log.write(json.dumps({"server": name, "stopped": True, "memory_leak_reported": leak}) + "\n")
     log.flush()
     say(f"{name}: stopped (memory leak reported: {leak})")
+
+
+def prepare(srv: Server, var: str, args: argparse.Namespace) -> None:
+    """Before a run: the specfsm server's variant set (``var``; "" for other servers), a few
+    requests so the control file is read, the radix cache flushed."""
+    if var:
+        srv.set_variant(var, json.loads(args.goodput))
+    warm(srv)
+    time.sleep(0.5)
+    if not srv.flush_cache():
+        say(f"{srv.server}: /flush_cache refused for 60 s; the run starts warm")
 
 
 def sync_window(
@@ -180,11 +186,7 @@ def sync_window(
     flag.parent.mkdir(parents=True, exist_ok=True)
     for old in flag.parent.glob("flag.*.json"):
         old.unlink()
-    if var:
-        srv.set_variant(var, json.loads(args.goodput))
-    warm(srv)
-    time.sleep(0.5)
-    srv.flush_cache()
+    prepare(srv, var, args)
     flag.write_text("")
     try:
         client.play(win, srv.url, out / "sync" / f"requests_{label}", procs=args.procs)
