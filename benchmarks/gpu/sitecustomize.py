@@ -315,44 +315,31 @@ if _PREFILL or _SKIP_FLAG:
 # ``SPECFSM_ADAPTIVE_GROW=1`` (harness only, for SGLang's own ``--speculative-adaptive`` as a
 # measured peer): 0.5.17 sizes the process-wide CUDA-graph logits buffer (GraphSharedOutput) for
 # the launch shape, so building the adaptive states of more steps fails at start ("shared
-# logits buffer holds 256 rows but caller needs 512"). Before each adaptive state is built the
-# buffer is replaced by one of max graph bs x that state's draft tokens rows, the same repair
-# specfsm's plugin makes for its own shapes (adapters/specfsm_sglang/compat.py,
-# grow_graph_logits). Nothing else of the adaptive path changes.
+# logits buffer holds 1024 rows but caller needs 2048"). Where that assertion would fire, the
+# buffer grows to the caller's rows instead: the old tensors stay referenced (graphs captured
+# on them keep writing there) and later callers get views of a new, larger tensor; the same
+# repair specfsm's plugin makes for its own shapes (adapters/specfsm_sglang/compat.py,
+# grow_graph_logits), made at the one call that knows the rows it needs (a row count computed
+# from the state's pruned batch sizes missed it). Nothing else of the adaptive path changes.
 def _adaptive_wrap(cls) -> None:
-    orig = cls.build_adaptive_runtime_state
+    orig = cls.get_logits_buffer
 
-    def build(self, speculative_num_steps, speculative_num_draft_tokens, *args, **kwargs):
-        try:
-            runners = [self._target_worker.model_runner, self._draft_worker.draft_runner]
-            shared = getattr(runners[0], "graph_shared_output", None)
-            bs = kwargs.get("cuda_graph_bs") or (args[0] if args else None)
-            if not bs:
-                from sglang.srt.runtime_context import get_exec
+    def get_logits_buffer(self, vocab_size, *, rows):
+        if rows > self.max_rows:
+            kept = self.__dict__.setdefault("_grow_kept", [])
+            kept.extend(self._logits_buffers.values())
+            self._logits_buffers = {}
+            print(f"[adaptive-grow] logits buffer {self.max_rows} -> {rows} rows", file=sys.stderr)
+            self.max_rows = rows
+        return orig(self, vocab_size, rows=rows)
 
-                bs = get_exec().graph.cuda_graph_bs_decode
-            rows = max(bs) * max(int(speculative_num_draft_tokens), 1) * max(self.topk, 1)
-            if shared is not None and int(shared.max_rows) < rows:
-                kind = type(shared)
-                grown = kind(device=shared.device, max_rows=rows)
-                if getattr(kind, "_process_shared", None) is shared:
-                    kind._process_shared = grown
-                for r in runners:
-                    if getattr(r, "graph_shared_output", None) is shared:
-                        r.graph_shared_output = grown
-                print(f"[adaptive-grow] logits buffer {shared.max_rows} -> {rows} rows",
-                      file=sys.stderr)
-        except Exception as exc:
-            print(f"[adaptive-grow] {type(exc).__name__}: {exc}", file=sys.stderr)
-        return orig(self, speculative_num_steps, speculative_num_draft_tokens, *args, **kwargs)
-
-    build.__wrapped__ = orig
-    cls.build_adaptive_runtime_state = build
+    get_logits_buffer.__wrapped__ = orig
+    cls.get_logits_buffer = get_logits_buffer
 
 
 if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
-    _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
-        ("EAGLEWorkerV2", "build_adaptive_runtime_state", "adaptive"))
+    _TARGETS.setdefault("sglang.srt.model_executor.graph_shared_output", []).append(
+        ("GraphSharedOutput", "get_logits_buffer", "adaptive"))
 
 # ``SPECFSM_SYNC_DEBUG=<flag file>`` (diagnosis only): while the flag file exists, the scheduler
 # runs under ``torch.cuda.set_sync_debug_mode("warn")`` and cProfile. Every call that makes the
