@@ -39,8 +39,11 @@ Per-iteration costs (SGLang EAGLE v2 structure, ``eagle_worker_v2.py``):
   ``profile``, written in this format): a ``spec_step_<topk>x<steps>x<K>`` series prices that
   shape's speculative iteration as measured (decode-to-decode wall time inside the scheduler,
   overlap as served), a ``plain_step`` series the zero-tax PLAIN step; interpolated in bs like
-  any row, flat in ctx outside the context they were measured at. A shape without its series is
-  priced from its forwards as above (`CostModel.unmeasured` says which).
+  any row and between the contexts they were measured at; at another context, the nearest
+  measured one's value x the ratio of the same step priced from the table's forwards at the two
+  contexts (linear in ctx through the table's two nearest contexts, `CostTable.ms_affine_ctx`;
+  x 1 with a one-context table). A shape without its series is priced from its forwards as
+  above (`CostModel.unmeasured` says which).
 * prefill of n prompt tokens: n x the cheapest per-token cost in the table (target and draft at
   the largest bs x q), a stated approximation: the tables hold no prefill shapes.
 
@@ -210,6 +213,21 @@ class CostModel:
                 self._memo[key] = v
         return v
 
+    def _whole_step(self, model: str, bs: float, shape: DraftShape | None) -> float:
+        """A step the table measures whole (`spec_step_model(shape)`, or ``plain_step`` for
+        None), carried from its measured contexts to this one (`CostTable.whole_step_ms`)."""
+        key = (model, bs, -1.0)
+        v = self._memo.get(key)
+        if v is None:
+            q = 1 if shape is None else shape.draft_tokens
+            parts: list[tuple[str, float, float]] = [(self.target, q, 1.0)]
+            if shape is not None:
+                parts += [(self.draft, shape.topk, shape.steps - 1.0), (self._ext(q), q, 1.0)]
+            v = self.table.whole_step_ms(model, bs, q, self.ctx, parts)
+            if len(self._memo) < 65536:
+                self._memo[key] = v
+        return v
+
     def target_ms(self, bs: float, q: float) -> float:
         return self._lookup(self.target, bs, q)
 
@@ -218,9 +236,10 @@ class CostModel:
 
     def extend_ms(self, bs: float, q: float) -> float:
         """A draft-extend of q tokens per request (the extend model; see the module docstring)."""
-        if self.extend == self.draft or q >= self._extend_min_q:
-            return self._lookup(self.extend, bs, q)
-        return self._lookup(self.draft, bs, q)
+        return self._lookup(self._ext(q), bs, q)
+
+    def _ext(self, q: float) -> str:
+        return self.extend if self.extend == self.draft or q >= self._extend_min_q else self.draft
 
     # ---------------------------------------------------------------- iterations
     def plain_ms(self, bs: float) -> float:
@@ -233,7 +252,7 @@ class CostModel:
         if bs <= 0:
             return 0.0
         if s in self.step_shapes:  # measured whole in the engine (start-up profile)
-            return self._lookup(spec_step_model(s), bs, s.draft_tokens)
+            return self._whole_step(spec_step_model(s), bs, s)
         return (
             self.target_ms(bs, s.draft_tokens)
             + (s.steps - 1) * self.draft_ms(bs, s.topk)
@@ -327,7 +346,7 @@ class CostModel:
         if bs <= 0:
             return 0.0
         if self.plain_step_measured:  # measured whole in the engine (start-up profile)
-            return self._lookup(PLAIN_STEP_MODEL, bs, 1)
+            return self._whole_step(PLAIN_STEP_MODEL, bs, None)
         return self.plain_ms(bs) * self.zero_tax_ratio(bs)
 
     def off_ms(self, bs: float, plain: str = PLAIN_ZERO_TAX) -> float:

@@ -128,6 +128,44 @@ class CostTable:
         m1 = self._ms_at_ctx(by_ctx[c1], bs, q)
         return m0 + (m1 - m0) * (ctx - c0) / (c1 - c0)
 
+    def ms_affine_ctx(self, model: str, bs: float, q: float, ctx: float) -> float:
+        """`ms` with the context dependence taken as linear through the two measured contexts
+        nearest `ctx`, extrapolated beyond the ends (a decode forward's cost is affine in the
+        context it reads: weights once, KV per token), floored at a quarter of the nearest
+        context's value; flat with one measured context."""
+        by_ctx = self._grid[model]
+        ctxs = sorted(by_ctx)
+        if len(ctxs) == 1 or ctxs[0] <= ctx <= ctxs[-1]:
+            return self.ms(model, bs, q, ctx)
+        c0, c1 = (ctxs[0], ctxs[1]) if ctx < ctxs[0] else (ctxs[-2], ctxs[-1])
+        m0 = self._ms_at_ctx(by_ctx[c0], bs, q)
+        m1 = self._ms_at_ctx(by_ctx[c1], bs, q)
+        near = m0 if ctx < ctxs[0] else m1
+        return max(0.25 * near, m0 + (m1 - m0) * (ctx - c0) / (c1 - c0))
+
+    def whole_step_ms(
+        self,
+        model: str,
+        bs: float,
+        q: float,
+        ctx: float,
+        parts: Sequence[tuple[str, float, float]],
+    ) -> float:
+        """A whole step measured in the engine (`model`: the start-up profile's rows) priced at
+        `ctx`: interpolated between its measured contexts; outside them, the nearest measured
+        context's value x the ratio, at `ctx` and there, of the same step priced from the
+        table's forwards (`parts`: (model, q, count) each, summed by `ms_affine_ctx`): the
+        measurement fixes the engine's level, the table carries it across contexts (a profile
+        at 278 tokens priced a chain-3 step at 1400 at half its served cost on the H200)."""
+        ctxs = self.contexts(model)
+        if ctxs[0] <= ctx <= ctxs[-1]:
+            return self.ms(model, bs, q, ctx)
+        near = nearest(ctxs, ctx)
+        at = self.ms(model, bs, q, near)
+        base = sum(n * self.ms_affine_ctx(m, bs, pq, near) for m, pq, n in parts)
+        here = sum(n * self.ms_affine_ctx(m, bs, pq, ctx) for m, pq, n in parts)
+        return at * here / base if base > 0.0 else at
+
     @staticmethod
     def _ms_at_ctx(by_q: dict[int, tuple[list[float], list[float]]], bs: float, q: float) -> float:
         qs = sorted(by_q)
