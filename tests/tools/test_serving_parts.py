@@ -39,3 +39,49 @@ def test_runs_from_log() -> None:
     assert runs[1]["server"] == "specfsm_plain" and runs[1]["tok_s"] == 933.6
     assert [p["phase"] for p in runs[1]["phases"]] == ["c1", "c8", "c32", "c4"]
     assert runs[1]["lost"] == 0 and runs[1]["finished"] == 112
+
+
+def test_served_steps_keep_only_clean_decode_gaps(tmp_path: Path, capsys: object) -> None:
+    """served_steps.py: a decode gap counts only after two decode iterations (a prefill, and
+    under overlap the decode after it, would be inside); runs split at idle gaps; the rows
+    parse as a cost table."""
+    import json
+
+    import served_steps
+
+    from specfsm.model.tables import parse_table
+
+    recs, t = [], 0.0
+    for run in range(2):
+        for i in range(40):
+            kind = "E" if i % 10 == 0 else "D"
+            step = 0.050 if kind == "E" else 0.005 * (run + 1)
+            recs.append([t, kind, 16, 0, 0, 16, 1000])
+            t += step
+        t += 5.0  # idle: the next run
+    path = tmp_path / "iter-1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    segs = served_steps.segments(path, 1.5)
+    assert len(segs) == 2
+    by = served_steps.served_steps(segs[:1])
+    assert sorted(by) == [16] and {round(ms, 3) for _, ms in by[16]} == {5.0}
+    assert (
+        served_steps.main(
+            [
+                "--traces",
+                str(path),
+                "--plain",
+                "0",
+                "--spec",
+                "1",
+                "--ctx",
+                "1000",
+                "--min-samples",
+                "5",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    table = parse_table(out, "served")
+    assert table.ms("plain_step", 16, 1) == 5.0 and table.ms("spec_step_1x3x4", 16, 4) == 10.0
