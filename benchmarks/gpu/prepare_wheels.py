@@ -226,6 +226,16 @@ def pack(wheels: list[Path]) -> list[list[Path]]:
     return chunks
 
 
+def place(staged: Path) -> None:
+    """Move the staged wheels into chunk1, chunk2, ... (`pack`), then drop the staging folder."""
+    for i, chunk in enumerate(pack(sorted(staged.glob("*.whl"))), start=1):
+        cdir = GPU_DIR / f"chunk{i}"
+        cdir.mkdir()
+        for whl in chunk:
+            shutil.move(str(whl), cdir / whl.name)
+    staged.rmdir()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only verify existing chunks")
@@ -242,12 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             for whl in old.glob("*.whl"):
                 shutil.move(str(whl), staged / whl.name)
             old.rmdir()
-        for i, chunk in enumerate(pack(sorted(staged.glob("*.whl"))), start=1):
-            cdir = GPU_DIR / f"chunk{i}"
-            cdir.mkdir()
-            for whl in chunk:
-                shutil.move(str(whl), cdir / whl.name)
-        staged.rmdir()
+        place(staged)
     elif not args.check:
         download(CORE + SMALL, CACHE)
         for old in GPU_DIR.glob("chunk*"):
@@ -271,12 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         got = {w.name.split("-")[0].lower() for w in staged.glob("*.whl")}
         if wanted != got:
             raise SystemExit(f"wheel set mismatch: missing {wanted - got}, extra {got - wanted}")
-        for i, chunk in enumerate(pack(sorted(staged.glob("*.whl"))), start=1):
-            cdir = GPU_DIR / f"chunk{i}"
-            cdir.mkdir()
-            for whl in chunk:
-                shutil.move(str(whl), cdir / whl.name)
-        staged.rmdir()
+        place(staged)
         if not args.keep_download:
             shutil.rmtree(CACHE)
 
