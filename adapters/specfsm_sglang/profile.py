@@ -35,8 +35,8 @@ What it does not do: it measures at the profile's own context (``prompt_tokens``
 tokens decoded meanwhile; the rows carry the mean), not across contexts (the cost model carries
 the rows to another context by its table's own context dependence, `CostTable.whole_step_ms`);
 it does not run with DP attention (refused); a batch size whose requests would not fit the
-KV pool is skipped and named. ``bs`` defaults to the decode CUDA-graph batch sizes up to ``max_running_requests``
-(on CPU, without graphs: 1, 2 and 4).
+KV pool is skipped and named. ``bs`` defaults to the decode CUDA-graph batch sizes up to
+``max_running_requests`` (on CPU, without graphs: 1, 2 and 4).
 """
 
 from __future__ import annotations
