@@ -47,7 +47,13 @@ CPU_GOODPUT = {
     "shape": "chain3",
     "accept_len": 2.4,
 }
-GPU_GOODPUT = {**CPU_GOODPUT, "table": "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096"}
+# A closed-loop step from 16 to 256 requests queues 240 prompts: priced with the queue, the
+# policy goes PLAIN before their prefills (`price_queued`, docs/policies.md).
+GPU_GOODPUT = {
+    **CPU_GOODPUT,
+    "table": "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096",
+    "price_queued": 1.0,
+}
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 
 

@@ -27,6 +27,21 @@ def check_server(cfg: Config, server_args: Any) -> None:
         raise ConfigError("plain", why)
     check_policy_shape(cfg.policy, server_shape(server_args))
     check_engine_shapes(cfg, server_shape(server_args), compat.dp_attention(server_args))
+    check_queued_pricing(cfg.policy, compat.dp_attention(server_args))
+
+
+def check_queued_pricing(policy: object, dp_attention: bool) -> None:
+    """Refuse a goodput policy that prices the queue (``price_queued``) under DP attention:
+    each DP rank has its own waiting queue, so ranks would price different batches and decide
+    apart (the decode batch is made global; the queue is not)."""
+    if not dp_attention or not isinstance(policy, Mapping):
+        return
+    if policy.get("name") == "goodput" and float(policy.get("price_queued", 0) or 0) > 0:
+        raise ConfigError(
+            "policy.price_queued",
+            "each DP rank has its own waiting queue: ranks would decide apart; use 0 with DP "
+            "attention",
+        )
 
 
 def server_shape(server_args: Any) -> tuple[int, int, int | None]:

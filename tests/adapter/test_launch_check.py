@@ -42,8 +42,21 @@ ARGS = {
             {"enable_mixed_chunk": True},
             'specfsm: refusing to start: plain: enable_mixed_chunk=True with "plain": "zero_tax"',
         ),
+        (
+            {
+                "SPECFSM_CONFIG_JSON": '{"plain": "warm", "policy": {"name": "goodput", '
+                '"shape": "chain3", "accept_len": 2.0, "price_queued": 1.0}}'
+            },
+            {
+                "enable_dp_attention": True,
+                "speculative_eagle_topk": 1,
+                "speculative_num_steps": 3,
+                "speculative_num_draft_tokens": 4,
+            },
+            "specfsm: refusing to start: policy.price_queued: each DP rank has its own waiting",
+        ),
     ],
-    ids=["value", "shape", "server-args", "zero-tax"],
+    ids=["value", "shape", "server-args", "zero-tax", "queued-dp"],
 )
 def test_refusal_is_one_stderr_line(
     monkeypatch: pytest.MonkeyPatch,

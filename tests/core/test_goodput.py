@@ -316,3 +316,28 @@ def test_step_times_calibrate_the_on_off_prediction(cost: CostModel) -> None:
             )  # fmt: skip
         spec_tps = p.predict(16)[1]
         assert spec_tps == pytest.approx(16000 * ACC / (factor * cost.spec_ms(16)), rel=0.01)
+
+
+def test_price_queued_prices_the_batch_a_burst_brings() -> None:
+    """With price_queued, a burst waiting for its prefills is priced at the batch it brings:
+    at 8 decoding and 248 queued the H200 table says PLAIN, so the policy leaves SPECULATING
+    before the prefills run (they then skip the draft's); without it, it keeps speculating.
+    The priced batch stops at the table's largest measured one; the parameter is described."""
+    cost = CostModel(load_table(ENGINE_TABLE), DraftShape.chain(3))
+    acc = (3, 3, 2, 3)
+
+    def first(p: GoodputPolicy, queued: int) -> object:
+        for i in range(64):
+            obs = Observation(iteration=i, decode_bs=8, queued=queued, accept_lens=acc)
+            if (v := p.decide(Mode.SPECULATING, obs)) is not None:
+                return v
+        return None
+
+    assert first(GoodputPolicy(cost, 2.4, min_dwell=0), 248) is None
+    v = first(GoodputPolicy(cost, 2.4, min_dwell=0, price_queued=1.0), 248)
+    assert v is not None and event_of(v) is Event.LOAD_HIGH
+    assert first(GoodputPolicy(cost, 2.4, min_dwell=0, price_queued=1.0), 0) is None
+    p = GoodputPolicy(cost, 2.4, price_queued=1.0)
+    assert p.describe()["price_queued"] == 1.0 and p.est.max_bs == 256
+    with pytest.raises(ValueError, match="price_queued"):
+        GoodputPolicy(cost, 2.4, price_queued=2.0)

@@ -112,6 +112,8 @@ class Estimator:
             )
         else:
             self.prior = cost
+        #: the largest batch the prior measures (a priced batch stops there)
+        self.max_bs = max(self.prior.table.batch_sizes(self.prior.target))
         #: the table measures several context lengths: price each iteration at its mean_ctx
         self.ctx_aware = len(self.prior.contexts) > 1
         self.off_kind = p.plain.off_step

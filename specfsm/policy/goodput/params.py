@@ -63,6 +63,8 @@ class GoodputParams:
     reprobe_len: int = 16
     reprobe_evidence: int = 64
     rho: float = 0.5
+    #: the batch priced is decode_bs + price_queued x queued (0: the decode batch alone)
+    price_queued: float = 0.0
 
     def __attrs_post_init__(self) -> None:
         if self.accept_len < 1.0:
@@ -91,6 +93,8 @@ class GoodputParams:
                 "GoodputPolicy: need reprobe_after >= 0, reprobe_max >= 0, reprobe_len >= 1, "
                 "reprobe_evidence >= 0"
             )
+        if not 0.0 <= self.price_queued <= 1.0:
+            raise ValueError(f"GoodputPolicy: price_queued must be in [0, 1]: {self.price_queued}")
         if self.relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {self.relax_half_life}")
         if not 0.0 < self.cal_ema <= 1.0 or not 0.0 < self.depth_ema <= 1.0:

@@ -204,6 +204,10 @@ class GoodputPolicy:
         if bs <= 0:
             ledger.idle()
             return None
+        if self.params.price_queued and obs.queued:
+            # the waiting requests join the batch as their prefills finish: a burst is priced
+            # at the batch it brings (PLAIN before its prefills, which then skip the draft's)
+            bs = min(bs + int(self.params.price_queued * obs.queued), max(bs, est.max_bs))
         e = est.estimate(bs, obs.mean_ctx, it)
         for rule in self._rules[mode]:
             out = rule(self, e, ledger, mode, obs)
