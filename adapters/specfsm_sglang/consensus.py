@@ -8,6 +8,10 @@
   DP-attention ranks; every rank then feeds the same number to the same policy and switches
   on the same decode forward (the decision takes effect inside that forward).
 - Anything read from outside (the runtime control file) is read by rank 0 and broadcast.
+- A measured step time is each rank's own wall clock: for a policy that learns from it (the
+  goodput policy's online calibration, `uses_step_ms`) every rank is given the ranks' mean,
+  in whole microseconds (one all-reduce per reported step, `StepClock`), so that their
+  calibrations, and so their decisions, stay equal.
 """
 
 from __future__ import annotations
@@ -41,6 +45,25 @@ class GlobalLoad:
         buf[1] = local_ctx_tokens
         self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
         return int(buf[0]) // self.copies, int(buf[1]) // self.copies
+
+
+class StepClock:
+    """The mean over a process group's ranks of a step time, in whole microseconds (an integer
+    sum: every rank gets the same number)."""
+
+    def __init__(self, group: Any) -> None:
+        import torch
+
+        self._dist = torch.distributed
+        self.group = group
+        self.ranks = self._dist.get_world_size(group)
+        self._buf = torch.zeros(1, dtype=torch.int64)
+
+    def __call__(self, local_ms: float) -> float:
+        buf = self._buf
+        buf[0] = round(local_ms * 1000.0)
+        self._dist.all_reduce(buf, op=self._dist.ReduceOp.SUM, group=self.group)
+        return int(buf[0]) // self.ranks / 1000.0
 
 
 def rank_groups(server_args: Any) -> tuple[Any, GlobalLoad | None]:

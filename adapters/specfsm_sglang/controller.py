@@ -178,6 +178,8 @@ class Controller(PolicySwitchboard):
 
         #: the TP ranks' CPU group (None: one rank) and, with DP attention, the global load
         self.tp_group, self.global_load = consensus.rank_groups(server_args)
+        #: the ranks' mean step time, for a policy that learns from it (None: one rank)
+        self.step_clock = consensus.StepClock(self.tp_group) if self.tp_group is not None else None
 
         self._init_switchboard(cfg)
         self._policy_faults_seen = 0
@@ -259,6 +261,10 @@ class Controller(PolicySwitchboard):
         now = perf_counter()
         fl = self.flight
         prev_t = fl.step_start()
+        step_ms = (now - prev_t) * 1000.0 if prev_t else 0.0
+        # every rank reports a step on the same iterations and runs the same policy
+        if step_ms and self.step_clock is not None and getattr(fsm.policy, "uses_step_ms", False):
+            step_ms = self.step_clock(step_ms)
         obs = Observation(
             iteration=it,
             decode_bs=bs,
@@ -268,7 +274,7 @@ class Controller(PolicySwitchboard):
             rank=self.rank,
             mean_ctx=mean_ctx,
             accept_shape=fl.accept_shape,
-            step_ms=(now - prev_t) * 1000.0 if prev_t else 0.0,
+            step_ms=step_ms,
             step_bs=fl.prev_bs if prev_t else 0,
             step_shape=fl.prev_shape,
             step_kind=fl.prev_kind if prev_t else "",

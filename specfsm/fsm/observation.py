@@ -23,7 +23,9 @@ class Observation:
 
     Shapes and measured step costs (all defaulted; an adapter that does not know leaves them):
     `accept_shape` is the draft shape of the verify whose accept_lens these are; `step_ms` the
-    measured duration of the last completed decode forward (0.0 = unknown), `step_bs` its decode
+    measured duration of the last completed decode forward (0.0 = unknown; a wall clock, so
+    each rank's own, except for a policy with ``uses_step_ms = True``, which the SGLang adapter
+    gives the ranks' mean so that they learn alike), `step_bs` its decode
     batch size, `step_shape` its draft shape (None: a non-speculative step, PLAIN / DRAINING /
     RESYNCING), `step_kind` a `specfsm.fsm.kinds.StepKind` (a str: "spec", "plain", "resync",
     "warm", "" unknown). `shape` is the machine's current speculation shape (`SpecFSM.shape`;

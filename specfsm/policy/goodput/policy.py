@@ -61,6 +61,8 @@ class GoodputPolicy:
         self.ledger = Ledger(p.debounce, p.min_dwell)
         self.cur = self.est.index[cost.shape]  # the machine's current shape (index)
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
+        #: it learns from Observation.step_ms: an adapter with several ranks gives them one value
+        self.uses_step_ms = p.calibrate
         #: the last verdict's reason and RESHAPE shape (for callers that read them)
         self.last_reason = ""
         self.next_shape: DraftShape | None = None
