@@ -9,6 +9,8 @@ acceptance suite (benchmarks/gpu/specfsm_suite.py, docs/gpu.md).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,6 +291,33 @@ def grow_graph_logits(worker: Any, rows: int) -> int:
         if getattr(r, "graph_shared_output", None) is shared:
             r.graph_shared_output = grown
     return rows
+
+
+@contextlib.contextmanager
+def shared_attention_workspace(worker: Any) -> Iterator[None]:
+    """While a runtime state is built (`build_adaptive_runtime_state`), its target attention
+    backend takes SGLang's process-wide attention workspace instead of a new one: SGLang asks
+    for a new workspace there (``init_new_workspace=True``, 2 GiB per state with flashinfer on
+    the H200, `SGLANG_FLASHINFER_WORKSPACE_SIZE`), while its own draft and verify backends share
+    the process-wide one within every step. A state's forwards never run beside another
+    state's on the worker's stream, so the scratch space is never used by two at once.
+    Only this worker's target model runner is changed, and only inside the block."""
+    tmr = worker._target_worker.model_runner
+    name = "_get_attention_backend"
+    own = vars(tmr).get(name)  # an instance attribute already there is put back as it was
+    orig = getattr(tmr, name)
+
+    def shared(init_new_workspace: bool = False) -> Any:
+        return orig(init_new_workspace=False)
+
+    setattr(tmr, name, shared)
+    try:
+        yield
+    finally:
+        if own is not None:
+            setattr(tmr, name, own)
+        else:
+            delattr(tmr, name)
 
 
 def sync_free_prefill_tail(module: Any = None) -> bool:

@@ -5,7 +5,8 @@
 - the 1-wide state (steps=0, one verify token): DRAINING's, and PLAIN's with ``plain: "warm"``;
 - one K-wide state per other configured shape (config ``shapes``) SPECULATING may RESHAPE to,
   built with SGLang's `build_adaptive_runtime_state` (draft / verify / draft-extend backends and
-  CUDA graphs), its build time and device memory recorded for the config log line; a shape of
+  CUDA graphs), its build time and device memory recorded for the config log line; every state
+  built here shares SGLang's attention workspace (`compat.shared_attention_workspace`); a shape of
   another top-k than the server's is built and drafted through the relay (`relay`);
 - PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
 
@@ -56,9 +57,10 @@ class EngineStates:
         #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
         self.graph_bs = _graph_bs()
         t0 = time.perf_counter()
-        self.plain_state = worker.build_adaptive_runtime_state(
-            speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
-        )
+        with compat.shared_attention_workspace(worker):
+            self.plain_state = worker.build_adaptive_runtime_state(
+                speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
+            )
         self.build_plain_s = time.perf_counter() - t0
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
         #: each with its pre-built runtime state (the launch shape's is SGLang's own)
@@ -104,7 +106,10 @@ class EngineStates:
         free0 = torch.cuda.mem_get_info()[0] if cuda else 0
         t0 = time.perf_counter()
         try:
-            with relay.build_topk(self.worker, shape.topk, self.topk):
+            with (
+                relay.build_topk(self.worker, shape.topk, self.topk),
+                compat.shared_attention_workspace(self.worker),
+            ):
                 state = self.worker.build_adaptive_runtime_state(
                     speculative_num_steps=shape.steps,
                     speculative_num_draft_tokens=shape.draft_tokens,

@@ -60,8 +60,11 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
     def build(**kw: object) -> object:
         raise AssertionError("shared logits buffer holds 256 rows but caller needs 384")
 
+    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
     fake = SimpleNamespace(
-        worker=SimpleNamespace(build_adaptive_runtime_state=build),
+        worker=SimpleNamespace(
+            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
+        ),
         shape_builds={},
         topk=1,
         graph_bs=None,
@@ -70,3 +73,26 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
         EngineStates._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
     assert str(exc.value).startswith("shapes: building the runtime state of chain5 failed")
     assert "needs 384" in str(exc.value)
+
+
+def test_shape_states_share_the_attention_workspace() -> None:
+    """Inside `shared_attention_workspace` the target runner's backends are built on SGLang's
+    process-wide workspace whatever the caller asks (SGLang's state builder asks for a new one,
+    2 GiB per state with flashinfer on the H200); outside it the runner is as it was."""
+    from specfsm_sglang import compat
+
+    class Runner:
+        def __init__(self) -> None:
+            self.asked: list[bool] = []
+
+        def _get_attention_backend(self, init_new_workspace: bool = False) -> str:
+            self.asked.append(init_new_workspace)
+            return "backend"
+
+    tmr = Runner()
+    worker = SimpleNamespace(_target_worker=SimpleNamespace(model_runner=tmr))
+    with compat.shared_attention_workspace(worker):
+        assert tmr._get_attention_backend(init_new_workspace=True) == "backend"
+    assert "_get_attention_backend" not in vars(tmr)
+    tmr._get_attention_backend(init_new_workspace=True)
+    assert tmr.asked == [False, True]
