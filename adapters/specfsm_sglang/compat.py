@@ -227,6 +227,13 @@ def local_batch_size(batch: Any) -> int:
     return int(batch.seq_lens.shape[0]) if batch.seq_lens is not None else 0
 
 
+def extend_tokens(batch: Any) -> int:
+    """The prompt tokens a prefill (extend) batch carries: ``extend_num_tokens`` (host-side,
+    set when the batch is built), 0 when SGLang does not give it."""
+    n = getattr(batch, "extend_num_tokens", None)
+    return int(n) if n is not None else 0
+
+
 def context_tokens(batch: Any) -> int:
     """Sum of the decode requests' KV lengths, from host-side data only (no device sync):
     ``seq_lens_sum`` when SGLang has it (an int; it is None in decode, recomputed lazily), else

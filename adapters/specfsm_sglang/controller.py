@@ -4,11 +4,13 @@ One `Controller` per EAGLEWorkerV2 (one per scheduler rank). The hooks (hooks.py
 three points of each iteration:
 
 1. `get_next_batch_to_run` (after): note running / queued counts (rank-consistent).
-2. `forward_batch_generation` (around, decode forwards only): `before_forward` builds the
+2. `forward_batch_generation` (around): before a decode forward `before_forward` builds the
    observation, lets the FSM step (the policy; a transition only when due), emits the
    completion events DRAINED / RESYNCED when their condition holds, checks the contracts,
    then SGLang's own forward runs in the width the mode attached; `after_forward` counts
-   K-wide forwards in flight.
+   K-wide forwards in flight. Before a prefill forward, a policy that sees prefills
+   (`sees_prefills`) steps the FSM the same way on the load the prefill brings
+   (`before_prefill`), so a burst of arrivals reaches PLAIN before its prompts' prefill.
 3. `process_batch_result` (after): a processed K-wide result leaves flight; its accept lengths
    become the next observation's.
 
@@ -20,11 +22,12 @@ plane: the configured policy, the start-up profile's pricing, the control file),
 spec-state contracts (`batch_contracts`) and the mode actions (`actions`). This module is the
 hot path and its extension points.
 
-Extension points (production API, typed): a `ControllerExtension` (registered with
-`hooks.add_extension`) may wrap the ModeActions before the machine is built and add
-`ControllerObserver`s, which see each decode forward (before the decision, before the contract
-check, after both), each other forward, each processed result, each transition, each fault
-and each idle check. With no observer the hot path pays one empty-list test per point.
+Extension points (production API, typed): a
+`ControllerExtension` (registered with `hooks.add_extension`) may wrap the ModeActions before
+the machine is built and add `ControllerObserver`s, which see each decode forward (before the
+decision, before the contract check, after both), each other forward, each processed result,
+each transition, each fault and each idle check. With no observer the hot path pays one
+empty-list test per point.
 """
 
 from __future__ import annotations
@@ -180,6 +183,11 @@ class Controller(PolicySwitchboard):
         self.tp_group, self.global_load = consensus.rank_groups(server_args)
         #: the ranks' mean step time, for a policy that learns from it (None: one rank)
         self.step_clock = consensus.StepClock(self.tp_group) if self.tp_group is not None else None
+        #: prefills are observed for a policy that sees them (TP ranks run the same prefill; DP
+        #: attention ranks do not)
+        self.prefill_decisions = self.global_load is None
+        #: the last decode observation's mean context (a prefill observation prices at it)
+        self.mean_ctx = 0
 
         self._init_switchboard(cfg)
         self._policy_faults_seen = 0
@@ -197,17 +205,7 @@ class Controller(PolicySwitchboard):
                 "draft_tokens": self.spec_tokens,
                 "overlap": self.overlap,
                 "dp_attention": self.global_load is not None,
-                **(
-                    self.zero_tax.describe()
-                    if self.zero_tax is not None
-                    else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
-                ),
-                "build_plain_state_s": round(states.build_plain_s, 3),
-                "sync_free_prefill_tail": states.sync_free_tail,
-                "shape_states": {
-                    "launch": self.launch_shape.label(),
-                    **states.shape_builds,
-                },
+                **states.describe(),
                 **{k: v for k, v in cfg.as_dict().items() if k != "policy"},
                 "policy": self.fsm.policy.describe(),
             }
@@ -256,6 +254,7 @@ class Controller(PolicySwitchboard):
             if self.global_load is not None:
                 bs, ctx_tokens = self.global_load.pair(bs, ctx_tokens)
             mean_ctx = ctx_tokens // bs if bs > 0 else 0
+            self.mean_ctx = mean_ctx
         elif self.global_load is not None:
             bs = self.global_load(bs)
         now = perf_counter()
@@ -280,24 +279,7 @@ class Controller(PolicySwitchboard):
             step_kind=fl.prev_kind if prev_t else "",
             shape=fsm.shape,
         )
-        try:
-            fsm.step(obs)
-            mode = fsm.mode
-            if mode is Mode.DRAINING:
-                if fl.inflight_wide == 0:
-                    fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight")
-            elif mode is Mode.RESYNCING and fl.resync_left <= 0:
-                fsm.process_event(Event.RESYNCED, obs, "draft caught up for every running request")
-        except ModeActionError as exc:
-            # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
-            # keeps serving in PLAIN
-            self.action_failures += 1
-            for o in observers:
-                o.on_fault(self, exc)
-        except MachineFailed as exc:
-            for o in observers:
-                o.on_fault(self, exc)
-            raise
+        self._step(obs)
         mode = fsm.mode
         fl.prev_t = now
         fl.prev_bs = bs
@@ -318,6 +300,48 @@ class Controller(PolicySwitchboard):
         if observers:
             for o in observers:
                 o.on_decode(self, batch, mode)
+
+    def _step(self, obs: Observation) -> None:
+        """The machine steps on `obs`; then the completion events DRAINED / RESYNCED when due."""
+        fsm = self.fsm
+        fl = self.flight
+        try:
+            fsm.step(obs)
+            mode = fsm.mode
+            if mode is Mode.DRAINING:
+                if fl.inflight_wide == 0:
+                    fsm.process_event(Event.DRAINED, obs, "no K-wide batch in flight")
+            elif mode is Mode.RESYNCING and fl.resync_left <= 0:
+                fsm.process_event(Event.RESYNCED, obs, "draft caught up for every running request")
+        except ModeActionError as exc:
+            # logged by the machine (specfsm.action_failed + the FAULT transition); the engine
+            # keeps serving in PLAIN
+            self.action_failures += 1
+            for o in self.observers:
+                o.on_fault(self, exc)
+        except MachineFailed as exc:
+            for o in self.observers:
+                o.on_fault(self, exc)
+            raise
+
+    def before_prefill(self, batch: Any) -> None:
+        """A prefill forward is about to run: a policy that sees prefills decides on the load it
+        brings (decode_bs: the running requests plus the prefill's own; the last decode's
+        mean_ctx). A LOAD_HIGH drains at once when no K-wide batch is in flight, so this prefill
+        runs in PLAIN already (zero-tax: its draft prefill deferred)."""
+        self.iteration = it = self.iteration + 1
+        fsm = self.fsm
+        obs = Observation(
+            iteration=it,
+            decode_bs=self.running + compat.local_batch_size(batch),
+            running=self.running,
+            queued=self.queued,
+            rank=self.rank,
+            mean_ctx=self.mean_ctx,
+            shape=fsm.shape,
+            prefill_tokens=max(1, compat.extend_tokens(batch)),
+        )
+        self._step(obs)
 
     def after_forward(self, batch: Any, result: Any) -> None:
         wide = self.worker.speculative_num_steps > 0
@@ -361,8 +385,15 @@ class Controller(PolicySwitchboard):
 
     def note_extend(self, batch: Any) -> None:
         """A forward that is not a decode is about to run: the next decode forward's step time
-        would include it, so it is not reported (step_ms 0)."""
+        would include it, so it is not reported (step_ms 0). A policy that sees prefills
+        decides here too (`before_prefill`)."""
         self.flight.forget_step()
+        if (
+            self.prefill_decisions
+            and getattr(self.fsm.policy, "sees_prefills", False)
+            and not batch.forward_mode.is_idle()
+        ):
+            self.before_prefill(batch)
         if self.observers:
             for o in self.observers:
                 o.on_extend(self, batch)

@@ -137,6 +137,20 @@ class EngineStates:
         }
         return state
 
+    def describe(self) -> dict[str, object]:
+        """The states' part of the controller's config log line."""
+        zt = self.zero_tax
+        return {
+            **(
+                zt.describe()
+                if zt is not None
+                else {"plain": "warm (steps=0: 1-token verify + 1-token draft-extend)"}
+            ),
+            "build_plain_state_s": round(self.build_plain_s, 3),
+            "sync_free_prefill_tail": self.sync_free_tail,
+            "shape_states": {"launch": self.launch_shape.label(), **self.shape_builds},
+        }
+
     def topk_of(self, state: Any) -> int:
         """The top-k `state` drafts and verifies with: its shape's (the launch top-k for the
         launch and the 1-wide states)."""

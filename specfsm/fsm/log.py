@@ -23,6 +23,8 @@ Policy inputs on transition and observation lines: bs, running, queued, accept_l
                          or the round ran before the last entry to SPECULATING. The policy saw
                          them all the same (offline replay feeds them back unchanged)
   mean_ctx               only when measured (a context-aware policy; 0 means unknown: omitted)
+  prefill_tokens         only on a prefill observation (a policy that sees prefills): the prompt
+                         tokens of the prefill forward about to run
   specfsm.action_failed  a mode action raised: which, where, the exception
   specfsm.policy_failed  a policy raised or returned a wrong value: policy, iteration, error,
                          its fault count and the limit (the FAULT transition follows)
@@ -120,6 +122,8 @@ def obs_fields(
         )
     if obs.mean_ctx > 0:
         out["mean_ctx"] = obs.mean_ctx
+    if obs.prefill_tokens > 0:
+        out["prefill_tokens"] = obs.prefill_tokens
     return out
 
 

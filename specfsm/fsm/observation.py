@@ -30,6 +30,12 @@ class Observation:
     RESYNCING), `step_kind` a `specfsm.fsm.kinds.StepKind` (a str: "spec", "plain", "resync",
     "warm", "" unknown). `shape` is the machine's current speculation shape (`SpecFSM.shape`;
     kept across PLAIN), None when unknown: a policy that may RESHAPE compares its choice with it.
+
+    Prefill observations: an adapter may also observe before a prefill forward, for a policy
+    that asks for it (``sees_prefills = True``): `prefill_tokens` > 0 is the prompt tokens that
+    forward carries, `decode_bs` the requests decoding once it is done (the running ones plus
+    the prefill's own), `accept_lens` empty and `step_ms` 0 (nothing was verified or measured
+    since the last observation). 0 on a decode observation.
     """
 
     iteration: int
@@ -45,6 +51,7 @@ class Observation:
     step_shape: DraftShape | None = None
     step_kind: str = ""
     shape: DraftShape | None = None
+    prefill_tokens: int = 0
 
     def mean_accept_len(self) -> float | None:
         """Mean accept length of the last verify, or None when there was none."""

@@ -131,6 +131,7 @@ def observation(
         mean_ctx=int(d.get("mean_ctx", 0) or 0),
         accept_shape=accept_shape if lens else None,
         shape=shape,
+        prefill_tokens=int(d.get("prefill_tokens", 0) or 0),
     )
 
 

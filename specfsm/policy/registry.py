@@ -13,14 +13,14 @@ Syntax (the SGLang plugin's ``policy`` key, ``SPECFSM_POLICY``, the control file
 Names (`POLICIES`):
 
 =========  =================================================================================
-threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``
+threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``, ``prefills``
 goodput    ``shape`` (chainN | tree | topk,steps,draft_tokens | [topk, steps, draft_tokens]),
            ``accept_len`` (required), ``table``, ``ctx``, ``shapes`` (a list of shapes, or
            ``"chain1,chain3,4,2,16"``: choose the shape among them and PLAIN), ``profile``
            (a cost CSV: the engine's start-up profile), ``calibrate`` and GoodputPolicy's
            keywords
 fixed      ``speculate`` (true | false)
-scripted   ``schedule`` ([[iteration, "SPECULATING" | "PLAIN"], ...]), ``initial``
+scripted   ``schedule`` ([[iteration, "SPECULATING" | "PLAIN"], ...]), ``initial``, ``prefills``
 =========  =================================================================================
 
 Any other name is a plugin (`specfsm.policy.plugins`): ``package.module:Class`` or an entry
@@ -109,6 +109,7 @@ POLICIES: Mapping[str, PolicyKind] = {
             "debounce": lambda k, v: check_int(k, v, 1),
             "min_dwell": lambda k, v: check_int(k, v, 0),
             "signal": lambda k, v: check_choice(k, v, ("decode_bs", "running")),
+            "prefills": lambda k, v: check_choice(k, v, (True, False)),
         },
         ("high", "low"),
     ),
@@ -119,10 +120,15 @@ POLICIES: Mapping[str, PolicyKind] = {
         ("speculate",),
     ),
     "scripted": PolicyKind(
-        lambda a: ScriptedPolicy(a["schedule"], initial=Mode(a.get("initial", INITIAL_MODE.value))),
+        lambda a: ScriptedPolicy(
+            a["schedule"],
+            initial=Mode(a.get("initial", INITIAL_MODE.value)),
+            prefills=a.get("prefills", False),
+        ),
         {
             "schedule": _schedule,
             "initial": lambda k, v: check_choice(k, v, _TARGETS),
+            "prefills": lambda k, v: check_choice(k, v, (True, False)),
         },
         ("schedule",),
     ),

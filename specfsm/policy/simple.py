@@ -57,6 +57,7 @@ class ThresholdPolicy(Hysteresis):
         debounce: int = 4,
         min_dwell: int = 16,
         signal: str = "decode_bs",
+        prefills: bool = True,
     ) -> None:
         if not (isinstance(high, int) and isinstance(low, int)):
             raise ValueError(f"ThresholdPolicy: high and low must be ints, got {high!r}, {low!r}")
@@ -70,7 +71,11 @@ class ThresholdPolicy(Hysteresis):
             raise ValueError(f"ThresholdPolicy: min_dwell must be >= 0, got {min_dwell}")
         if signal not in ("decode_bs", "running"):
             raise ValueError(f"ThresholdPolicy: signal must be decode_bs or running: {signal!r}")
+        if not isinstance(prefills, bool):
+            raise ValueError(f"ThresholdPolicy: prefills must be true or false: {prefills!r}")
         super().__init__(debounce, min_dwell)
+        #: the adapter observes before prefill forwards too (Observation.prefill_tokens > 0)
+        self.sees_prefills = prefills
         self.high = high
         self.low = low
         self.signal = signal
@@ -107,6 +112,7 @@ class ThresholdPolicy(Hysteresis):
             "debounce": self.debounce,
             "min_dwell": self.min_dwell,
             "signal": self.signal,
+            "prefills": self.sees_prefills,
         }
 
 
@@ -119,14 +125,18 @@ class ScriptedPolicy:
     (True = speculate) may be given instead, e.g. for random or flapping patterns. Its verdict
     (rule ``scripted.schedule``, ``scripted.initial`` before the first entry, or
     ``scripted.callable``) carries the iteration and, for a schedule entry, the iteration the
-    entry starts at.
+    entry starts at. With `prefills` it is asked before prefill forwards too (`sees_prefills`),
+    so a schedule can switch right before a prefill (off by default: a schedule counts the
+    iterations it was written for).
     """
 
     def __init__(
         self,
         schedule: Sequence[tuple[int, Mode]] | Callable[[int], bool],
         initial: Mode = Mode.SPECULATING,
+        prefills: bool = False,
     ) -> None:
+        self.sees_prefills = prefills
         if initial not in (Mode.SPECULATING, Mode.PLAIN):
             raise ValueError(f"ScriptedPolicy: initial must be SPECULATING or PLAIN: {initial!r}")
         self._fn: Callable[[int], bool] | None = None

@@ -6,7 +6,9 @@ Not in the production registry (`specfsm.policy.registry.POLICIES`): a test opts
 
 every   ``k`` (required, >= 1): speculate for k decode forwards, then not for k, ...
 random  ``seed``, ``p`` (in [0, 1]), ``hold`` (>= 1): speculate with probability p, drawn
-        anew every `hold` iterations; a pure function of (seed, iteration), so ranks agree.
+        anew every `hold` iterations; a pure function of (seed, iteration), so ranks agree;
+        ``prefills`` (bool): asked before prefill forwards too, so it switches right before
+        prefills as well.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from specfsm.fsm.decision import Policy
 from specfsm.fsm.table import Mode
-from specfsm.policy.checks import PolicyKind, check_int, check_number
+from specfsm.policy.checks import PolicyKind, check_choice, check_int, check_number
 from specfsm.policy.simple import ScriptedPolicy
 
 
@@ -26,9 +28,11 @@ def every(k: int) -> Policy:
     return ScriptedPolicy(lambda i: (i // k) % 2 == 1, initial=Mode.SPECULATING)
 
 
-def random_flips(seed: int = 0, p: float = 0.5, hold: int = 1) -> Policy:
+def random_flips(seed: int = 0, p: float = 0.5, hold: int = 1, prefills: bool = False) -> Policy:
     """Speculate with probability `p`, redrawn every `hold` iterations (rank-invariant)."""
-    return ScriptedPolicy(lambda i: random.Random(seed * 1_000_003 + i // hold).random() < p)
+    return ScriptedPolicy(
+        lambda i: random.Random(seed * 1_000_003 + i // hold).random() < p, prefills=prefills
+    )
 
 
 def _every(a: dict[str, Any]) -> Policy:
@@ -36,7 +40,9 @@ def _every(a: dict[str, Any]) -> Policy:
 
 
 def _random(a: dict[str, Any]) -> Policy:
-    return random_flips(a.get("seed", 0), a.get("p", 0.5), a.get("hold", 1))
+    return random_flips(
+        a.get("seed", 0), a.get("p", 0.5), a.get("hold", 1), a.get("prefills", False)
+    )
 
 
 #: The test policies, in the registry's form.
@@ -48,6 +54,7 @@ TEST_POLICIES: Mapping[str, PolicyKind] = {
             "seed": lambda k, v: check_int(k, v),
             "p": lambda k, v: check_number(k, v, 0.0, 1.0),
             "hold": lambda k, v: check_int(k, v, 1),
+            "prefills": lambda k, v: check_choice(k, v, (True, False)),
         },
         (),
         test_only=True,

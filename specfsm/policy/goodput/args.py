@@ -44,12 +44,24 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     choose among PLAIN and these per iteration (``shape`` is the launch shape, added when not
     listed). ``profile`` (a cost CSV in the packaged table format, e.g. the engine's start-up
     profile): its series override the table's as the calibration's prior. ``calibrate`` (bool,
-    default true): refine the costs online from the measured step times. Raises ValueError with
+    default true): refine the costs online from the measured step times. ``prefills`` (bool, default
+    true): decide before prefill forwards too, on the requests decoding once the prefill is done
+    (and the queue, with ``price_queued``). Raises ValueError with
     the reason on anything missing, unknown or invalid.
     """
     if not isinstance(args, Mapping):
         raise ValueError(f"goodput policy: expected an object, got {args!r}")
-    known = {"table", "shape", "ctx", "accept_len", "shapes", "profile", "calibrate", *_KEYWORDS}
+    known = {
+        "table",
+        "shape",
+        "ctx",
+        "accept_len",
+        "shapes",
+        "profile",
+        "calibrate",
+        "prefills",
+        *_KEYWORDS,
+    }
     unknown = sorted(set(args) - known)
     if unknown:
         raise ValueError(f"goodput policy: unknown keys {unknown} (known: {sorted(known)})")
@@ -88,6 +100,10 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     calibrate = args.get("calibrate", True)
     if not isinstance(calibrate, bool):
         raise ValueError(f"goodput policy: calibrate must be true or false, got {calibrate!r}")
+    prefills = args.get("prefills", True)
+    if not isinstance(prefills, bool):
+        raise ValueError(f"goodput policy: prefills must be true or false, got {prefills!r}")
+    kwargs["prefills"] = prefills
     profile: CostTable | None = None
     if "profile" in args:
         name = args["profile"]

@@ -159,7 +159,9 @@ class Estimator:
     # ------------------------------------------------------------------ learning
     def learn(self, mode: Mode, obs: Observation, cur: int) -> None:
         """Fold one iteration in: its verifies (while SPECULATING), the relaxation (in PLAIN),
-        and its measured step."""
+        and its measured step. A prefill observation teaches nothing (no verify, no step)."""
+        if obs.prefill_tokens:
+            return
         if mode is Mode.SPECULATING and obs.accept_lens:
             if self.shapes:
                 self.spec_seen += 1

@@ -65,6 +65,8 @@ class GoodputParams:
     rho: float = 0.5
     #: the batch priced is decode_bs + price_queued x queued (0: the decode batch alone)
     price_queued: float = 0.0
+    #: decide before prefill forwards too, on the load they bring (`sees_prefills`)
+    prefills: bool = True
 
     def __attrs_post_init__(self) -> None:
         if self.accept_len < 1.0:
@@ -117,5 +119,5 @@ class GoodputParams:
 KEYWORDS: dict[str, type] = {
     f.name: str if f.name == "plain" else type(f.default)
     for f in attrs.fields(GoodputParams)
-    if f.name not in ("accept_len", "shapes", "calibrate")
+    if f.name not in ("accept_len", "shapes", "calibrate", "prefills")
 }

@@ -63,6 +63,9 @@ class GoodputPolicy:
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
         #: it learns from Observation.step_ms: an adapter with several ranks gives them one value
         self.uses_step_ms = p.calibrate
+        #: it decides before prefill forwards too (Observation.prefill_tokens > 0): a burst
+        #: that arrives while SPECULATING is priced before its prompts' prefill
+        self.sees_prefills = p.prefills
         #: the last verdict's reason and RESHAPE shape (for callers that read them)
         self.last_reason = ""
         self.next_shape: DraftShape | None = None
