@@ -64,10 +64,16 @@ def test_h200_table_is_the_measured_sweep() -> None:
 
 
 def test_h200_serving_table_is_the_measured_run() -> None:
-    """The demo's serving part prints the packaged H200 serving runs and PLAIN's ratio to the
-    server without a draft before and after the deferred draft prefill, computed from them."""
+    """The demo's serving part prints the packaged H200 serving runs, PLAIN's ratio to the
+    server without a draft before and after the deferred draft prefill, and the context-priced
+    run's goodput policy against the best static server and SGLang's adaptive speculation
+    (benchmarks/gpu/results/2026-12-02_serving_ctx/), all computed from the table."""
     buf = io.StringIO()
     demo_h200.report_serving(buf)
     text = buf.getvalue()
     assert "As served (2026-12-02" in text
     assert "0.897x a server without a draft before, 1.032x with the deferred" in text
+    assert re.search(r"^ctx\s+day\s+1521\s", text, re.MULTILINE)
+    assert re.search(r"^ctx\s+heavy\s+1933\s+1806\s+1609\s+2088\s+-\s+2012\s+2042$", text, re.M)
+    assert "goodput 1.055x / 1.041x / 1.000x / 0.878x the best\nstatic server" in text
+    assert "(light / heavy / day / bursty), 1.263x / 1.251x / 0.904x SGLang's adaptive" in text
