@@ -24,11 +24,15 @@ def _decisions(test_dir: Path, rank: int) -> list[tuple[int, str, str, str]]:
 def test_tp2_identical_decisions(
     tmp_path: Path, reference: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two TP ranks log the same transitions at the same iterations; outputs equal no-spec."""
+    """Two TP ranks log the same transitions at the same iterations, those decided right
+    before a prefill included; outputs equal no-spec."""
     monkeypatch.setenv("SGLANG_CPU_OMP_THREADS_BIND", "0|1")
     prompts = E.default_prompts(2, seed=3)
     eng = F.make_fsm_engine(
-        tmp_path, policy={"name": "random", "seed": 4, "p": 0.5}, spec="EAGLE3", tp_size=2
+        tmp_path,
+        policy={"name": "random", "seed": 4, "p": 0.5, "prefills": True},
+        spec="EAGLE3",
+        tp_size=2,
     )
     try:
         out = E.generate_greedy(eng, prompts, 12)
@@ -37,6 +41,11 @@ def test_tp2_identical_decisions(
     assert out == reference(prompts, 12)  # type: ignore[operator]
 
     assert _decisions(tmp_path, 0) and _decisions(tmp_path, 0) == _decisions(tmp_path, 1)
+    at_prefill = [
+        [x["iteration"] for x in F.transitions(tmp_path, r) if x.get("prefill_tokens")]
+        for r in (0, 1)
+    ]
+    assert at_prefill[0] == at_prefill[1]
 
 
 def test_tp2_startup_profile_agrees(
