@@ -44,7 +44,11 @@ What this module adds, and where each constant comes from:
   ``specfsm_plain_nodraft`` the same with the draft's prefill skipped (the harness variant,
   the engine's ``lazy_draft_prefill``); ``specfsm_goodput`` the served policy through the real
   FSM (`goodput_from_args` of the server's {"table", "shape": "chain3", "accept_len"}, zero-tax
-  PLAIN; the served one also had a start-up profile this machine does not have).
+  PLAIN; the served one also had a start-up profile this machine does not have);
+  ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
+  thresholds as committed now: a run measured with other thresholds is not what it predicts);
+  ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
+  (`specfsm.sim.sglang_peer`, ported from 0.5.23; the served one was 0.5.17).
 * ``seeds`` simulator seeds averaged (default 6): the simulator's arrival times and length
   draws are its own, so one seed moves a 32 s window by up to ~10%.
 
@@ -64,9 +68,11 @@ from typing import Any
 from specfsm.model.acceptance import DraftShape, alpha_from_accept_length
 from specfsm.model.costs import CostModel, CostTable, load_table
 from specfsm.policy.goodput.args import goodput_from_args
+from specfsm.policy.registry import make_policy
 from specfsm.sim.baselines import PLAIN_STATE_NAME, StaticController, no_draft_server
 from specfsm.sim.fsm_controller import FSMController
 from specfsm.sim.plan import Controller, FixedController
+from specfsm.sim.sglang_peer import SGLangAdaptiveController
 from specfsm.sim.traces import Load, Workload
 
 _HERE = str(Path(__file__).resolve().parent)  # benchmarks/serving: its traces.py
@@ -96,7 +102,11 @@ SERVERS = (
     "specfsm_plain",
     "specfsm_goodput",
     "specfsm_plain_nodraft",
+    "specfsm_example",
+    "adaptive",
 )
+#: the GPU example configuration, whose policy ``specfsm_example`` runs
+EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
 #: GPU us per prompt token (target, draft): token-weighted prefill_gpu of every run in
 #: benchmarks/gpu/results/2026-12-02_serving/runs.jsonl (see the module docstring: FITTED)
 MEASURED_PREFILL_US = (23.17, 1.55)
@@ -130,6 +140,11 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
     if server == "specfsm_goodput":
         policy = goodput_from_args({"table": table, "shape": "chain3", "accept_len": accept_len})
         return FSMController("specfsm-goodput", policy, SHAPE)
+    if server == "specfsm_example":
+        spec = json.loads(EXAMPLE.read_text())["policy"]
+        return FSMController("specfsm-example", make_policy(spec), SHAPE)
+    if server == "adaptive":
+        return SGLangAdaptiveController(max_bs=MAX_RUNNING, shape=SHAPE)
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
 
 
