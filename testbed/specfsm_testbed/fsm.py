@@ -165,3 +165,20 @@ def run_trace(engine: Any, trace: Sequence[dict[str, Any]], greedy: bool = True)
         return dict(results)
 
     return dict(engine.loop.run_until_complete(main()))
+
+
+def check_trace_outputs(
+    trace: Sequence[dict[str, Any]], got: dict[str, Any], ref: Sequence[Sequence[int]]
+) -> int:
+    """Assert `run_trace`'s outputs against the no-speculation ones: a request that was not
+    aborted equals its reference, an aborted one is a prefix of it (an abort in a request's
+    finishing step can return extra, correct tokens: cut at max_new). Returns how many were
+    cut short."""
+    cut = 0
+    for req, expected in zip(trace, ref, strict=True):
+        out = got[req["rid"]]["output_ids"][: req["max_new"]]
+        if len(out) < req["max_new"]:
+            cut += 1
+            assert req["abort_after"] is not None, "a request ended early without an abort"
+        assert out == list(expected[: len(out)])
+    return cut
