@@ -166,8 +166,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
                 + f" SGLang's adaptive\nspeculation ({' / '.join(peer)})"
             )
         out.write(
-            ". Bursty still loses: the policies decide on decode\niterations only, so its "
-            "bursts are prefilled while speculating (docs/serving.md).\n"
+            ". Bursty lost: the policies then decided on decode\niterations only, so its "
+            "bursts were prefilled while speculating; they now decide before\nprefills too "
+            "(not yet measured on the H200; docs/serving.md).\n"
         )
     out.flush()
 
