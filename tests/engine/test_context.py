@@ -16,8 +16,9 @@ NEW = 16
 
 
 def test_goodput_policy_sees_mean_context(tmp_path: Path, reference: object) -> None:
-    """With a two-context cost table, every observation line carries the batch's mean KV
-    length (prompt + generated so far), growing as decoding proceeds; outputs equal no-spec."""
+    """With a two-context cost table, every decode observation line carries the batch's mean
+    KV length (prompt + generated so far), growing as decoding proceeds; outputs equal
+    no-spec."""
     prompts = E.default_prompts(3, length=PROMPT_LEN, seed=5)
     policy = {
         "name": "goodput",
@@ -33,9 +34,11 @@ def test_goodput_policy_sees_mean_context(tmp_path: Path, reference: object) -> 
     assert out == reference(prompts, NEW)  # type: ignore[operator]
     config = [x for x in F.transitions(tmp_path) if x.get("event") == "specfsm.config"]
     assert config and config[0]["policy"]["ctx_aware"] is True
-    ctx = [
-        x["mean_ctx"] for x in F.transitions(tmp_path) if x.get("event") == "specfsm.observation"
-    ]
+    obs = [x for x in F.transitions(tmp_path) if x.get("event") == "specfsm.observation"]
+    # the policy sees prefills too: those lines price at the last decode's context (none yet
+    # before the first decode) and carry prefill_tokens
+    assert any(x.get("prefill_tokens") for x in obs)
+    ctx = [x["mean_ctx"] for x in obs if not x.get("prefill_tokens")]
     assert ctx, "observe_every=1 should log every decode forward"
     assert all(PROMPT_LEN <= c <= PROMPT_LEN + NEW + 4 for c in ctx), ctx
     assert ctx[-1] > ctx[0]
