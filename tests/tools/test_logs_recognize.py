@@ -64,3 +64,34 @@ def test_verdicts_by_rule(tmp_path: Path) -> None:
     assert summary_json(s)["overall"]["verdicts_by_rule"] == {"goodput": 2, "probe": 1}
     f.write_text("\n".join(_line(i, "SPECULATING", "DRAINING", "LOAD_HIGH") for i in (1, 2)))
     assert "verdicts by rule" not in format_summary(summarize(read_logs([str(f)])))
+
+
+#: A real engine's log: the specfsm server of an H200 serving run (SGLang 0.5.17, the goodput
+#: policy and the threshold policy of the GPU example, switched through the control file)
+H200_LOG = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks/gpu/results/2026-12-02_serving_prefill/specfsm_transitions-rank0.jsonl"
+)
+
+
+def test_verdicts_by_rule_on_a_real_engine_log() -> None:
+    """The summary counts the H200 server's transitions by deciding rule, and a decision line
+    carries the numbers it was taken on (the burst met before a prefill, priced at bs 256)."""
+    rank = summary_json(summarize(read_logs([str(H200_LOG)])))["ranks"][0]
+    assert rank["verdicts_by_rule"] == {
+        "goodput.onoff-plain": 10,
+        "goodput.onoff-speculate": 10,
+        "threshold.high_bs": 9,
+        "threshold.low_bs": 9,
+    }
+    text = format_summary(summarize(read_logs([str(H200_LOG)])))
+    assert "verdicts by rule (38 transitions with a decision): goodput.onoff-plain 10" in text
+    first = next(
+        json.loads(line)
+        for line in H200_LOG.read_text().splitlines()
+        if '"decision"' in line and '"iteration":332,' in line
+    )
+    assert first["prefill_tokens"] == 8192 and first["queued"] == 199
+    decision = first["decision"]
+    assert decision["rule"] == "goodput.onoff-plain" and decision["bs"] == 256
+    assert decision["predicted_tok_s"] == {"plain": 14041.6, "chain3": 8784.2}
