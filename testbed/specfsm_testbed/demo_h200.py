@@ -17,12 +17,15 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from typing import TextIO
 
 DATA = ("data", "measured", "h200_agree_sweep.csv")
 SERVING = ("data", "measured", "h200_serving.csv")
+PREFILL_RESULTS = "benchmarks/gpu/results/2026-12-02_serving_prefill/"
+SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
 @dataclass(frozen=True)
@@ -92,16 +95,89 @@ def report(levels: list[Level], out: TextIO = sys.stdout) -> None:
     out.flush()
 
 
-def report_serving(out: TextIO = sys.stdout) -> None:
-    """The measured serving runs: real servers under changing loads, tokens/s as served, before
-    and after PLAIN stopped running the draft's prefill, and the policies against the best static
-    server and SGLang's own adaptive speculation once the goodput policy priced steps at the
-    served context."""
+Runs = dict[str, dict[str, dict[str, float]]]
+Reps = dict[str, dict[str, dict[str, list[float]]]]
+
+
+def load_serving() -> tuple[Runs, Reps]:
+    """The packaged serving table: mean tok/s per (run, trace, server), and the per-repetition
+    tok/s where the table has them (run 'prefill')."""
     text = resources.files("specfsm").joinpath(*SERVING).read_text()
     body = io.StringIO("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
-    tok: dict[str, dict[str, dict[str, float]]] = {}
+    tok: Runs = {}
+    reps: Reps = {}
     for r in csv.DictReader(body):
         tok.setdefault(r["run"], {}).setdefault(r["trace"], {})[r["server"]] = float(r["tok_s"])
+        per_rep = [float(x) for x in (r.get("rep_tok_s") or "").split()]
+        if per_rep:
+            reps.setdefault(r["run"], {}).setdefault(r["trace"], {})[r["server"]] = per_rep
+    return tok, reps
+
+
+def rep_ratios(per_server: dict[str, list[float]], server: str) -> list[float]:
+    """``server``'s tok/s over the better static server (no-spec, EAGLE) of the same
+    repetition, per repetition, as the serving summary's vs_best_static lines."""
+    statics = [s for s in ("nospec", "eagle") if per_server.get(s)]
+    if not statics or not per_server.get(server):
+        return []
+    n = min(len(per_server[s]) for s in [*statics, server])
+    return [per_server[server][i] / max(per_server[s][i] for s in statics) for i in range(n)]
+
+
+def _mean_spread(xs: list[float]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    return m, (max(xs) - min(xs)) / m
+
+
+def _report_prefill(run: dict[str, dict[str, list[float]]], out: TextIO) -> None:
+    """The run with the policies deciding before prefill forwards: goodput and the example
+    against the best static server per trace, mean of the repetitions and their spread."""
+    order = [t for t in ("light", "heavy", "bursty", "day") if t in run]
+    if not order:
+        return
+    n = max(len(v) for t in order for v in run[t].values())
+    out.write(
+        f"Deciding before prefill forwards too (prefill, 2026-12-02, {n} reps each,\n"
+        f"{PREFILL_RESULTS}): each repetition against the better of\n"
+        "no-spec and EAGLE in that repetition, mean of the reps (spread: (max - min) / mean):\n"
+    )
+    for server, name in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
+        cells = []
+        for t in order:
+            rs = rep_ratios(run[t], server)
+            if rs:
+                m, spread = _mean_spread(rs)
+                cells.append(f"{t} {m:.3f}x ({100 * spread:.1f}%)")
+        if cells:
+            out.write(f"  {name} vs best static: " + ", ".join(cells) + "\n")
+    best = []
+    for t in order:
+        statics = [s for s in ("nospec", "eagle") if run[t].get(s)]
+        if statics:
+            k = min(len(run[t][s]) for s in statics)
+            won = {max((run[t][s][i], s) for s in statics)[1] for i in range(k)}
+            best.append(f"{t} " + " / ".join(SERVER_NAMES[s] for s in sorted(won)))
+    if best:
+        out.write("  better static server in each rep: " + ", ".join(best) + "\n")
+    missing = []
+    if not any("adaptive" in run[t] for t in order):
+        missing.append("SGLang's adaptive speculation (so no ratio to it)")
+    if "day" not in run:
+        missing.append("the day trace")
+    if not any({"specfsm_plain", "specfsm_spec"} & run[t].keys() for t in order):
+        missing.append("pinned PLAIN / SPECULATING")
+    if missing:
+        line = "Not in this run: " + ", ".join(missing) + "."
+        out.write(textwrap.fill(line, 90, initial_indent="  ", subsequent_indent="  ") + "\n")
+
+
+def report_serving(out: TextIO = sys.stdout) -> None:
+    """The measured serving runs: real servers under changing loads, tokens/s as served, before
+    and after PLAIN stopped running the draft's prefill, the policies against the best static
+    server and SGLang's own adaptive speculation once the goodput policy priced steps at the
+    served context, and against the best static server once they also decided before prefill
+    forwards."""
+    tok, reps = load_serving()
     out.write(
         "\nAs served (2026-12-02, H200, real sglang.launch_server servers one after another\n"
         "under the same changing loads, radix cache flushed per run; output tokens/s; '-': not\n"
@@ -109,7 +185,8 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "defers it to RESYNCING and its lag reset no longer waits for the GPU; 'fixes': the\n"
         "deferred store holds the KV pool and no prefill waits on a tail-token write; 'ctx': the\n"
         "goodput policy prices steps at each iteration's context, the example runs the served\n"
-        "thresholds (18/17; 49/42 in 'fixes'), one run each. EAGLE: the stock server;\n"
+        "thresholds (18/17; 49/42 in 'fixes'), one run each; 'prefill': the policies also\n"
+        "decide before prefill forwards, mean of 2 reps each. EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -167,9 +244,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
             )
         out.write(
             ". Bursty lost: the policies then decided on decode\niterations only, so its "
-            "bursts were prefilled while speculating; they now decide before\nprefills too "
-            "(not yet measured on the H200; docs/serving.md).\n"
+            "bursts were prefilled while speculating.\n"
         )
+    _report_prefill(reps.get("prefill", {}), out)
     out.flush()
 
 

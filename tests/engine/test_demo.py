@@ -65,9 +65,12 @@ def test_h200_table_is_the_measured_sweep() -> None:
 
 def test_h200_serving_table_is_the_measured_run() -> None:
     """The demo's serving part prints the packaged H200 serving runs, PLAIN's ratio to the
-    server without a draft before and after the deferred draft prefill, and the context-priced
+    server without a draft before and after the deferred draft prefill, the context-priced
     run's goodput policy against the best static server and SGLang's adaptive speculation
-    (benchmarks/gpu/results/2026-12-02_serving_ctx/), all computed from the table."""
+    (benchmarks/gpu/results/2026-12-02_serving_ctx/), and the run with the policies deciding
+    before prefill forwards (benchmarks/gpu/results/2026-12-02_serving_prefill/): goodput and
+    the example against the best static server of each repetition, mean and spread, as that
+    run's serving_summary.txt prints them; all computed from the table."""
     buf = io.StringIO()
     demo_h200.report_serving(buf)
     text = buf.getvalue()
@@ -77,3 +80,28 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert re.search(r"^ctx\s+heavy\s+1933\s+1806\s+1609\s+2088\s+-\s+2012\s+2042$", text, re.M)
     assert "goodput 1.055x / 1.041x / 1.000x / 0.878x the best\nstatic server" in text
     assert "(light / heavy / day / bursty), 1.263x / 1.251x / 0.904x SGLang's adaptive" in text
+    # the newest run: rows after ctx, no adaptive / pinned columns, no day row
+    assert text.index("\nprefill  light") > text.index("\nctx      day")
+    assert re.search(r"^prefill\s+heavy\s+2061\s+1851(\s+-){3}\s+2134\s+2126$", text, re.M)
+    assert re.search(r"^prefill\s+light\s+976\s+996(\s+-){3}\s+1066\s+1052$", text, re.M)
+    assert not re.search(r"^prefill\s+day", text, re.M)
+    assert (
+        "(prefill, 2026-12-02, 2 reps each,\nbenchmarks/gpu/results/2026-12-02_serving_prefill/)"
+        in text
+    )
+    assert (
+        "goodput vs best static: light 1.070x (1.4%), heavy 1.037x (10.0%), bursty 1.000x (0.5%)"
+        in text
+    )
+    assert (
+        "example vs best static: light 1.056x (1.4%), heavy 1.033x (10.2%), bursty 0.995x (2.7%)"
+        in text
+    )
+    assert "better static server in each rep: light EAGLE, heavy no-spec, bursty no-spec" in text
+    assert (
+        "Not in this run: SGLang's adaptive speculation (so no ratio to it), the day trace" in text
+    )
+    # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
+    _, reps = demo_h200.load_serving()
+    heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
+    assert [round(r, 3) for r in heavy] == [1.089, 0.986]
