@@ -155,20 +155,22 @@ def _prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
     )
 
 
-def _load(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
-    head: dict[str, Any] = {}
+def _load(
+    path: Path,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    heads: list[dict[str, Any]] = []
     runs, servers = [], []
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         rec = json.loads(line)
         if "started" in rec:
-            head = rec
+            heads.append(rec)
         elif "trace" in rec:
             runs.append(rec)
         else:
             servers.append(rec)
-    return head, runs, servers
+    return heads, runs, servers
 
 
 def save_requests(rdir: Path, recs: list[dict[str, Any]]) -> None:
@@ -188,12 +190,19 @@ def _requests(out: Path, label: str, trace: str, rep: int) -> list[dict[str, Any
         return [json.loads(x) for x in fh if x.strip()]
 
 
-def _ratio_line(name: str, a: list[float], b: list[float], goal: str) -> str:
-    n = min(len(a), len(b))
-    rs = [a[i] / b[i] for i in range(n) if b[i]]
-    if not rs:
-        return f"{name}: n/a"
-    return f"{name}: {fmt_reps(rs)} (goal {goal})"
+def _ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -> str:
+    """Ratios of the repetitions both servers share (measured together); where they share
+    none (merged folders measured apart), the ratio of their means, said as such."""
+    rs = [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i]]
+    if rs:
+        return f"{name}: {fmt_reps(rs)} (goal {goal})"
+    if a and b and statistics.fmean(b.values()):
+        m = statistics.fmean(a.values()) / statistics.fmean(b.values())
+        return (
+            f"{name}: {m:.3f} (ratio of means: no repetition in common, measured apart; "
+            f"{len(a)} and {len(b)} runs) (goal {goal})"
+        )
+    return f"{name}: n/a"
 
 
 def summarize(
@@ -204,18 +213,30 @@ def summarize(
     """The summary lines of every run recorded in ``runs_path``, less the excluded
     (server, trace, rep) runs, each named with its reason in the header."""
     out = runs_path.parent
-    head, runs, servers = _load(runs_path)
+    heads, runs, servers = _load(runs_path)
     exclude = exclude or {}
     runs = [r for r in runs if (r["server"], r["trace"], r["rep"]) not in exclude]
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in sorted(runs, key=lambda r: r["rep"]):
         by.setdefault((r["server"], r["trace"]), []).append(r)
     labels = sorted({r["server"] for r in runs}, key=lambda s: (s not in STATIC, s))
+    # a merged folder's own header comes first; its sources' carry ``source``
+    top = [h for h in heads if "source" not in h] or heads
+    head = top[-1] if top else {}
     lines = [
         f"# serving benchmark, started {head.get('started', '?')}, bed {head.get('bed', '?')}",
         f"# command: {' '.join(head.get('argv', []))}",
+    ]
+    lines += [
+        f"# runs of {h['source']} (repetitions +{h.get('rep_offset', 0)}), started "
+        f"{h.get('started', '?')}: {' '.join(h.get('argv', []))}"
+        for h in heads
+        if "source" in h
+    ]
+    lines += [
         "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
-        "ratios are per repetition (same rep of both servers), then mean and spread",
+        "ratios are per repetition (the repetitions both servers share), then mean and spread; "
+        "two servers that share none: the ratio of their means, said so",
     ]
     lines += [f"# excluded: {s}:{t}:rep{r}: {why}" for (s, t, r), why in exclude.items()]
     measured = [s for s in STATIC if any(r["server"] == s for r in runs)]
@@ -234,11 +255,11 @@ def summarize(
             f"serving_trace[{t}]: {' '.join(p.label() for p in trace.phases)} "
             f"({trace.phases[0].seconds:g} s each)"
         )
-        tok = {lab: [r["tok_s"] for r in by.get((lab, t), [])] for lab in labels}
+        tok = {lab: {r["rep"]: r["tok_s"] for r in by.get((lab, t), [])} for lab in labels}
         tok = {k: v for k, v in tok.items() if v}
         for lab, xs in tok.items():
             runs_t = by[(lab, t)]
-            lines.append(f"serve_tok_s[{t}][{lab}]: {fmt_reps(xs, 1)}")
+            lines.append(f"serve_tok_s[{t}][{lab}]: {fmt_reps(list(xs.values()), 1)}")
             ph = runs_t[0]["phases"]
             means = [
                 statistics.fmean(r["phases"][i]["tok_s"] for r in runs_t) for i in range(len(ph))
@@ -268,14 +289,16 @@ def summarize(
                 lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], "none: measured"))
         statics = [s for s in STATIC if s in tok]
         if statics:
-            n = min(len(tok[s]) for s in statics)
-            best = [max(tok[s][i] for s in statics) for i in range(n)]
-            oracle = []
-            for i in range(n):
+            # per repetition that every static server ran
+            reps = sorted(set.intersection(*(set(tok[s]) for s in statics)))
+            run_of = {(s, r["rep"]): r for s in statics for r in by[(s, t)]}
+            best = {i: max(tok[s][i] for s in statics) for i in reps}
+            oracle = {}
+            for i in reps:
                 total = 0.0
                 for j, p in enumerate(trace.phases):
-                    total += p.seconds * max(by[(s, t)][i]["phases"][j]["tok_s"] for s in statics)
-                oracle.append(total / trace.seconds)
+                    total += p.seconds * max(run_of[(s, i)]["phases"][j]["tok_s"] for s in statics)
+                oracle[i] = total / trace.seconds
             for lab in [
                 x for x in tok if x.startswith("specfsm_") and x[8:] in ("goodput", "example")
             ]:
@@ -291,7 +314,9 @@ def summarize(
                     )
                 )
         if "adaptive" in tok:
-            lines.append(f"serve_sglang_adaptive[{t}]: {fmt_reps(tok['adaptive'], 1)}")
+            lines.append(
+                f"serve_sglang_adaptive[{t}]: {fmt_reps(list(tok['adaptive'].values()), 1)}"
+            )
             if "specfsm_goodput" in tok:
                 lines.append(
                     _ratio_line(

@@ -85,3 +85,54 @@ def test_served_steps_keep_only_clean_decode_gaps(tmp_path: Path, capsys: object
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     table = parse_table(out, "served")
     assert table.ms("plain_step", 16, 1) == 5.0 and table.ms("spec_step_1x3x4", 16, 4) == 10.0
+
+
+def _source(folder: Path, runs: list[tuple[str, int, float]], started: str) -> None:
+    """A results folder as the benchmark writes it: a header, one server record per server,
+    one run per (label, rep, tok/s) on the heavy trace, each with its requests file."""
+    import gzip
+    import json
+
+    (folder / "requests").mkdir(parents=True)
+    recs: list[dict[str, object]] = [{"started": started, "argv": ["x"], "bed": "gpu"}]
+    for base in sorted({lab.split("_")[0] for lab, _, _ in runs}):
+        recs.append({"server": base, "start_s": 1.0, "kv_tokens": 100})
+    for lab, rep, tok in runs:
+        phases = [{"phase": p, "tok_s": tok} for p in ("c16", "c256", "c64", "c256")]
+        recs.append(
+            {"server": lab, "trace": "heavy", "rep": rep, "tok_s": tok, "lost": 0, "phases": phases}
+        )
+        with gzip.open(folder / "requests" / f"{lab}_heavy_rep{rep}.jsonl.gz", "wt") as fh:
+            fh.write(json.dumps({"k": 0, "status": "done", "ids_sha": "a"}) + "\n")
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_merged_folders_pair_only_repetitions_measured_together(tmp_path: Path) -> None:
+    """merge.py renumbers each folder's repetitions apart; the summary divides runs of the
+    same repetition only, and says so where two servers share none."""
+    import merge
+
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "out"
+    _source(a, [("nospec", 0, 100.0), ("eagle", 0, 80.0), ("specfsm_goodput", 0, 110.0)], "A")
+    _source(b, [("nospec", 0, 200.0), ("specfsm_plain", 0, 190.0), ("adaptive", 0, 50.0)], "B")
+    said = merge.merge([(a, 0, set()), (b, 1, {"nospec", "specfsm_plain"})], out, ["m"])
+    assert said[1].endswith("2 runs, repetitions +1, only nospec,specfsm_plain")
+    assert (out / "requests" / "specfsm_plain_heavy_rep1.jsonl.gz").exists()
+    lines = summary.summarize(out / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]})
+    text = "\n".join(lines)
+    assert "# command: m" in text and "# runs of b (repetitions +1), started B" in text
+    assert "adaptive" not in text  # left out by the label filter, server record too
+    # goodput (rep 0) against the best static server of rep 0 only: 110 / 100
+    assert "serve_specfsm_vs_best_static[heavy]: 1.100 (reps 1.100;" in text
+    # PLAIN (rep 1) shares rep 1 with the no-spec server of folder b: 190 / 200
+    assert "serve_plain_vs_nospec_server[heavy]: 0.950 (reps 0.950;" in text
+    assert "serve_greedy_mismatches: 0" in text
+    merge.merge([(a, 0, set()), (b, 1, set())], tmp_path / "out2", ["m"])
+    lines = summary.summarize(
+        tmp_path / "out2" / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
+    )
+    # goodput (rep 0) and the adaptive server (rep 1) share no repetition: ratio of means
+    assert any(
+        x.startswith("serve_specfsm_vs_sglang_adaptive[heavy]: 2.200 (ratio of means")
+        for x in lines
+    )
