@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 
 import client
 import iters
+import phase_pins
 import summary
 import sync_report
 import traces
@@ -132,7 +133,16 @@ def run_server(
                     label = f"{name}_{var}" if var else name
                     if not srv.alive():
                         raise RuntimeError(f"{name}: server died\n{srv.log_tail()}")
-                    prepare(srv, var, args)
+                    sw = None
+                    if var == "phases":  # pinned phase by phase (phase_pins.py)
+                        try:
+                            sw = phase_pins.switcher(
+                                trace, args.phase_pins, out / "runs.jsonl", srv.pin
+                            )
+                        except ValueError as exc:
+                            say(f"{label} {trace.name} rep{rep}: skipped: {exc}")
+                            continue
+                    prepare(srv, sw.pins[0] if sw else var, args)
                     play_run(
                         args,
                         trace,
@@ -143,6 +153,7 @@ def run_server(
                         log,
                         it_dir if args.iter_trace else None,
                         pf_dir,
+                        sw,
                     )
                     mirror(args, out)
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
@@ -227,13 +238,17 @@ def play_run(
     log: Any,
     it_dir: Path | None = None,
     pf_dir: Path | None = None,
+    sw: phase_pins.Switcher | None = None,
 ) -> None:
     """One run: play ``trace`` against ``url``, record it in ``runs.jsonl`` (with the
     iterations of its window when ``it_dir`` holds per-iteration traces), one line on stdout
-    (the line ``--from-log`` reads back)."""
+    (the line ``--from-log`` reads back). ``sw`` flips the pin at the phase boundaries."""
     rdir = out / "requests" / f"{label}_{trace.name}_rep{rep}"
-    t0, recs = client.play(trace, url, rdir, procs=args.procs)
-    m = summary.metrics(trace, recs)
+    try:
+        t0, recs = client.play(trace, url, rdir, args.procs, sw.start if sw else None)
+    finally:
+        sw and sw.stop()
+    m = summary.metrics(trace, recs) | ({"pins": sw.pins, "pin_flips": sw.flips} if sw else {})
     if it_dir is not None:
         m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
     if pf_dir is not None and pf_dir.exists():
@@ -295,6 +310,7 @@ def main() -> int:
     )
     ap.add_argument("--phase-s", type=float, default=None, help="seconds per phase")
     ap.add_argument("--procs", type=int, default=None, help="client processes")
+    ap.add_argument("--phase-pins", default="", help="variant phases: TRACE=MODE,...;...")
     ap.add_argument("--goodput", default=None, help="the specfsm server's goodput policy (JSON)")
     ap.add_argument("--profile", default=None, help="specfsm's start-up profile config (JSON)")
     ap.add_argument("--start-timeout", type=float, default=None)
@@ -373,6 +389,10 @@ def main() -> int:
             f"{', '.join(VARIANTS)})"
         )
     tr = {t: all_tr[t] for t in names}
+    try:
+        args.phase_pins = phase_pins.parse(args.phase_pins)
+    except ValueError as e:
+        ap.error(str(e))
     if args.vocab:
         lo, hi = (int(x) for x in args.vocab.split(","))
         tr = {t: dataclasses.replace(x, vocab=(lo, hi)) for t, x in tr.items()}

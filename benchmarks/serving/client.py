@@ -23,6 +23,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -192,15 +193,22 @@ def _worker(
 
 
 def play(
-    trace: Trace, url: str, out_dir: Path, procs: int = 4
+    trace: Trace,
+    url: str,
+    out_dir: Path,
+    procs: int = 4,
+    on_start: Callable[[float], None] | None = None,
 ) -> tuple[float, list[dict[str, Any]]]:
     """Play ``trace`` against ``url`` with ``procs`` client processes: the wall-clock start
     (``time.time()``) and every request's record (also written to
-    ``out_dir/requests-<rank>.jsonl``), times in seconds from that start."""
+    ``out_dir/requests-<rank>.jsonl``), times in seconds from that start. ``on_start`` gets
+    that start before the processes do."""
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
     t0 = time.time() + 2.0  # every process starts its clock together
+    if on_start is not None:
+        on_start(t0)
     paths = [str(out_dir / f"requests-{r}.jsonl") for r in range(procs)]
     ps = [
         ctx.Process(target=_worker, args=(trace, url, r, procs, t0, counter, paths[r]))

@@ -10,7 +10,9 @@ Servers (``--servers``):
   on the one server: ``goodput`` (as launched), ``plain`` (pinned PLAIN), ``spec`` (pinned
   SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and
   ``plain_nodraft`` (pinned PLAIN with the draft's prefill skipped by the harness switch
-  in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most);
+  in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most),
+  and ``phases`` (pinned phase by phase to the better static server's mode: the per-phase
+  oracle run on one server, ``phase_pins.py``);
 - ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1).
 
 Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
@@ -38,7 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("nospec", "eagle", "specfsm", "adaptive")
-VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft")
+VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft", "phases")
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
@@ -261,8 +263,18 @@ class Server:
             change = {"policy": example_policy()}
         elif variant == "goodput":
             change = {"policy": goodput}
+        elif variant in ("PLAIN", "SPECULATING"):  # the phases variant's pin of one phase
+            change = {"pin": variant}
         else:
             raise ValueError(f"unknown variant {variant!r}")
+        self.control(change)
+
+    def pin(self, mode: str) -> None:
+        """Pin specfsm's mode (PLAIN or SPECULATING) through the control file."""
+        self.control({"pin": mode})
+
+    def control(self, change: dict[str, Any]) -> None:
+        """Write specfsm's control file at once (read within ``control_every`` iterations)."""
         tmp = self.control_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(change))
         os.replace(tmp, self.control_path)

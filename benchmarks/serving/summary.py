@@ -131,6 +131,9 @@ GOALS = {
 INFO = {
     "serve_plain_nodraft_vs_nospec_server": ("specfsm_plain_nodraft", "nospec"),
     "serve_plain_nodraft_vs_plain": ("specfsm_plain_nodraft", "specfsm_plain"),
+    # the per-phase oracle run on one server (the phases variant, phase_pins.py)
+    "serve_specfsm_vs_phase_pinned": ("specfsm_goodput", "specfsm_phases"),
+    "serve_specfsm_example_vs_phase_pinned": ("specfsm_example", "specfsm_phases"),
 }
 
 

@@ -1,8 +1,8 @@
 """benchmarks/serving_bench.py on the CPU bed (so the serving benchmark cannot rot): two real
 HTTP servers (``python -m sglang.launch_server``: no speculation, and EAGLE with specfsm in its
-pinned-PLAIN and goodput variants) under the same closed-loop trace, every request accounted
-for, greedy outputs equal across servers, the summary's lines present, a sync-debug window
-reported."""
+pinned-PLAIN, goodput and pinned-per-phase variants) under the same closed-loop trace, every
+request accounted for, greedy outputs equal across servers, the summary's lines present, a
+sync-debug window reported."""
 
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
             "--servers",
             "nospec,specfsm",
             "--variants",
-            "plain,goodput",
+            "plain,goodput,phases",
+            "--phase-pins",
+            "light=SPECULATING,PLAIN,SPECULATING",
             "--sync-debug",
             "2",
             "--sync-of",
@@ -67,6 +69,17 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         _value(lines, key)
     # the sync-debug window ran on the pinned-PLAIN server and reported its waits
     assert _value(lines, "serve_sync_waits[specfsm_plain]").split()[0].isdigit(), lines
+    # the phases variant flipped the pin at both inner phase boundaries, in order, and its
+    # outputs equal the no-spec server's (serve_greedy_mismatches above)
+    import json
+
+    run = next(
+        r
+        for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())
+        if r.get("server") == "specfsm_phases"
+    )
+    assert [m for _, m in run["pin_flips"]] == ["PLAIN", "SPECULATING"], run["pin_flips"]
+    _value(lines, "serve_specfsm_vs_phase_pinned[light]")
     # specfsm's transition log shows the variants took effect: PLAIN was entered
     log = (out / "specfsm" / "transitions-rank0.jsonl").read_text()
     assert '"dst":"PLAIN"' in log.replace(" ", ""), log[-2000:]

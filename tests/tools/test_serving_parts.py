@@ -136,3 +136,46 @@ def test_merged_folders_pair_only_repetitions_measured_together(tmp_path: Path) 
         x.startswith("serve_specfsm_vs_sglang_adaptive[heavy]: 2.200 (ratio of means")
         for x in lines
     )
+
+
+def test_phase_pins_from_arguments_and_from_static_runs(tmp_path: Path) -> None:
+    """The phases variant's pins: given per trace, or the better static server's mode per
+    phase from runs already recorded; a clear error where neither gives them."""
+    import phase_pins
+    import pytest
+
+    assert phase_pins.parse("light=plain,SPECULATING; heavy=PLAIN") == {
+        "light": ["PLAIN", "SPECULATING"],
+        "heavy": ["PLAIN"],
+    }
+    for bad in ("light", "light=", "light=FAST", "=PLAIN"):
+        with pytest.raises(ValueError, match="TRACE=MODE"):
+            phase_pins.parse(bad)
+    _source(tmp_path / "a", [("nospec", 0, 100.0), ("eagle", 0, 80.0)], "A")
+    runs = tmp_path / "a" / "runs.jsonl"
+    # every phase of the fake runs has the run's tok/s: no-spec wins all four
+    assert phase_pins.pins_for("heavy", 4, {}, runs) == ["PLAIN"] * 4
+    assert phase_pins.pins_for("heavy", 4, {"heavy": ["SPECULATING"] * 4}, runs)[0] == (
+        "SPECULATING"
+    )
+    with pytest.raises(ValueError, match="2 pins for 4 phases"):
+        phase_pins.pins_for("heavy", 4, {"heavy": ["PLAIN", "PLAIN"]}, runs)
+    with pytest.raises(ValueError, match="run the nospec and eagle servers on it first"):
+        phase_pins.pins_for("bursty", 4, {}, runs)
+
+
+def test_phase_switcher_flips_at_the_boundaries() -> None:
+    """The switcher writes a pin only where the mode changes, at the phase's start."""
+    import time
+
+    import phase_pins
+
+    wrote: list[str] = []
+    bounds = [(0.0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.4)]
+    sw = phase_pins.Switcher(["PLAIN", "PLAIN", "SPECULATING", "PLAIN"], bounds, wrote.append)
+    sw.start(time.time())
+    time.sleep(0.6)
+    sw.stop()
+    assert wrote == ["SPECULATING", "PLAIN"]
+    assert [m for _, m in sw.flips] == wrote
+    assert 0.15 < sw.flips[0][0] < 0.5 and sw.flips[1][0] >= sw.flips[0][0]
