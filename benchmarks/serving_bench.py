@@ -114,7 +114,7 @@ def run_server(
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
-    reps_of = {k: int(v) for k, _, v in (x.partition("=") for x in args.reps_of.split(",") if x)}
+    reps_of = traces.repetitions(args.reps_of, args.reps)
     try:
         if not args.no_warmup:
             # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
@@ -128,7 +128,7 @@ def run_server(
         for rep in range(args.reps):
             for trace in tr.values():
                 for var in variants:
-                    if rep >= reps_of.get(var or name, args.reps):
+                    if rep >= reps_of(var or name, trace.name):
                         continue
                     label = f"{name}_{var}" if var else name
                     if not srv.alive():
@@ -306,7 +306,9 @@ def main() -> int:
     ap.add_argument("--traces", default="light,heavy,bursty,day")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument(
-        "--reps-of", default="", help="fewer repetitions for some servers / variants: spec=1,..."
+        "--reps-of",
+        default="",
+        help="fewer repetitions for a server / variant, or one of its traces: spec=1,plain@day=0",
     )
     ap.add_argument("--phase-s", type=float, default=None, help="seconds per phase")
     ap.add_argument("--procs", type=int, default=None, help="client processes")
@@ -391,6 +393,7 @@ def main() -> int:
     tr = {t: all_tr[t] for t in names}
     try:
         args.phase_pins = phase_pins.parse(args.phase_pins)
+        traces.repetitions(args.reps_of, args.reps)
     except ValueError as e:
         ap.error(str(e))
     if args.vocab:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -144,3 +145,22 @@ def builtin(bed: str, phase_s: float, seed: int = 0) -> dict[str, Trace]:
         "bursty": Trace("bursty", _poisson(bursty, phase_s), ln, seed + 2, vocab),
         "day": Trace("day", _poisson(day, phase_s), ln, seed + 3, vocab),
     }
+
+
+def repetitions(spec: str, default: int) -> Callable[[str, str], int]:
+    """``--reps-of``: how many repetitions one server or variant runs on one trace. ``spec`` is
+    ``WHO=N`` (every trace of WHO) and ``WHO@TRACE=N`` (that trace alone, before WHO=N),
+    comma-separated; everything else runs ``default`` times. Raises ValueError on a bad entry."""
+    table: dict[str, int] = {}
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        key, eq, n = item.partition("=")
+        if not eq or not key or not n.isdigit():
+            raise ValueError(f"--reps-of: {item!r} is not WHO=N or WHO@TRACE=N")
+        table[key] = int(n)
+
+    def reps(who: str, trace: str) -> int:
+        return table.get(f"{who}@{trace}", table.get(who, default))
+
+    return reps

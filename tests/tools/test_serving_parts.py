@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
 
 import summary
@@ -179,3 +181,16 @@ def test_phase_switcher_flips_at_the_boundaries() -> None:
     assert wrote == ["SPECULATING", "PLAIN"]
     assert [m for _, m in sw.flips] == wrote
     assert 0.15 < sw.flips[0][0] < 0.5 and sw.flips[1][0] >= sw.flips[0][0]
+
+
+def test_repetitions_per_server_and_per_trace() -> None:
+    reps = traces.repetitions("eagle@day=1,plain=0,plain@light=2, spec=3", 2)
+    assert reps("eagle", "day") == 1
+    assert reps("eagle", "light") == 2
+    assert reps("plain", "bursty") == 0
+    assert reps("plain", "light") == 2
+    assert reps("spec", "day") == 3
+    assert reps("nospec", "day") == 2
+    for bad in ("spec", "spec=x", "=2", "spec@day="):
+        with pytest.raises(ValueError, match="reps-of"):
+            traces.repetitions(bad, 2)
