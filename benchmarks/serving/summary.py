@@ -193,6 +193,22 @@ def _requests(out: Path, label: str, trace: str, rep: int) -> list[dict[str, Any
         return [json.loads(x) for x in fh if x.strip()]
 
 
+def _asked_tokens(out: Path, label: str, trace: Trace, reps: list[int]) -> dict[int, int]:
+    """Per repetition, the output tokens all of an open-loop trace's requests ask for (a cut
+    request: the tokens before its cut); {} for a trace with a closed-loop phase, whose
+    requests depend on the server's speed."""
+    if any(p.kind != "poisson" for p in trace.phases):
+        return {}
+    asked = {}
+    for i in reps:
+        recs = _requests(out, label, trace.name, i)
+        if recs:
+            asked[i] = sum(
+                min(r["max_new_tokens"], r["abort_after"] or r["max_new_tokens"]) for r in recs
+            )
+    return asked
+
+
 def _ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -> str:
     """Ratios of the repetitions both servers share (measured together); where they share
     none (merged folders measured apart), the ratio of their means, said as such."""
@@ -302,6 +318,14 @@ def summarize(
                 for j, p in enumerate(trace.phases):
                     total += p.seconds * max(run_of[(s, i)]["phases"][j]["tok_s"] for s in statics)
                 oracle[i] = total / trace.seconds
+            asked = _asked_tokens(out, statics[0], trace, reps)
+            if asked:
+                share = {i: oracle[i] * trace.seconds / asked[i] for i in asked}
+                lines.append(
+                    f"serve_phase_oracle_vs_trace_tokens[{t}]: {fmt_reps(list(share.values()))}"
+                    " (info: the oracle's tokens over all the tokens the trace's requests ask;"
+                    " above 1 no schedule reaches it)"
+                )
             for lab in [
                 x for x in tok if x.startswith("specfsm_") and x[8:] in ("goodput", "example")
             ]:

@@ -194,3 +194,35 @@ def test_repetitions_per_server_and_per_trace() -> None:
     for bad in ("spec", "spec=x", "=2", "spec@day="):
         with pytest.raises(ValueError, match="reps-of"):
             traces.repetitions(bad, 2)
+
+
+def test_phase_oracle_against_the_tokens_an_open_loop_trace_asks(tmp_path: Path) -> None:
+    """On a Poisson trace the summary says what share of the requests' tokens the per-phase
+    oracle adds up (a cut request asks for the tokens before its cut)."""
+    import gzip
+    import json
+
+    day = traces.builtin("gpu", 7.0)["day"]
+    (tmp_path / "requests").mkdir()
+    recs: list[dict[str, object]] = []
+    for lab, per_phase in (("nospec", [1.0] * 5), ("eagle", [10.0, 0.0, 0.0, 0.0, 0.0])):
+        phases = [
+            {"phase": p, "tok_s": v}
+            for p, v in zip((p.label() for p in day.phases), per_phase, strict=True)
+        ]
+        recs.append({"server": lab, "start_s": 1.0, "kv_tokens": 100})
+        recs.append(
+            {"server": lab, "trace": "day", "rep": 0, "tok_s": 1.0, "lost": 0, "phases": phases}
+        )
+        asked = [
+            {"k": 0, "status": "done", "ids_sha": "a", "max_new_tokens": 100, "abort_after": None},
+            {"k": 1, "status": "cut", "ids_sha": "b", "max_new_tokens": 50, "abort_after": 10},
+        ]
+        with gzip.open(tmp_path / "requests" / f"{lab}_day_rep0.jsonl.gz", "wt") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in asked))
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = summary.summarize(tmp_path / "runs.jsonl", {"day": day})
+    # the oracle: 7 s x 10 + 4 x 7 s x 1 = 98 tokens of the 110 asked
+    assert any(x.startswith("serve_phase_oracle_vs_trace_tokens[day]: 0.891") for x in lines)
+    heavy = traces.builtin("gpu", 7.0)["heavy"]  # closed loop: its requests hang on the server
+    assert not summary._asked_tokens(tmp_path, "nospec", heavy, [0])
