@@ -25,6 +25,7 @@ from typing import TextIO
 DATA = ("data", "measured", "h200_agree_sweep.csv")
 SERVING = ("data", "measured", "h200_serving.csv")
 PREFILL_RESULTS = "benchmarks/gpu/results/2026-12-02_serving_prefill/"
+ONE_MACHINE_RESULTS = "benchmarks/gpu/results/2026-12-03_serving/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -171,6 +172,44 @@ def _report_prefill(run: dict[str, dict[str, list[float]]], out: TextIO) -> None
         out.write(textwrap.fill(line, 90, initial_indent="  ", subsequent_indent="  ") + "\n")
 
 
+def _pairs(per_server: dict[str, list[float]], a: str, b: str) -> list[float]:
+    """``a``'s tok/s over ``b``'s, per repetition both ran."""
+    xa, xb = per_server.get(a, []), per_server.get(b, [])
+    return [x / y for x, y in zip(xa, xb, strict=False)]
+
+
+def _report_one_machine(run: dict[str, dict[str, list[float]]], out: TextIO) -> None:
+    """Every server on one machine (run 'dec03'): pinned PLAIN against the server without a
+    draft, pinned SPECULATING against the stock EAGLE server, the policies against the better
+    static server, each repetition apart; and what the day trace asked of them."""
+    order = [t for t in ("light", "bursty", "day") if t in run]
+    if not order:
+        return
+    out.write(f"Every server on one machine (dec03, 2026-12-03, {ONE_MACHINE_RESULTS}),\n")
+    out.write("each repetition's ratio:\n")
+    pairs = (
+        ("pinned PLAIN vs no-spec", "specfsm_plain", "nospec"),
+        ("pinned SPECULATING vs EAGLE", "specfsm_spec", "eagle"),
+    )
+    for name, a, b in pairs:
+        cells = [f"{t} " + " ".join(f"{x:.3f}" for x in _pairs(run[t], a, b)) for t in order]
+        out.write(f"  {name}: " + ", ".join(c for c in cells if " " in c.strip()) + "\n")
+    for server, name in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
+        cells = [f"{t} " + " ".join(f"{x:.3f}" for x in rep_ratios(run[t], server)) for t in order]
+        out.write(
+            f"  {name} vs best static: " + ", ".join(c for c in cells if " " in c.strip()) + "\n"
+        )
+    day = run.get("day", {})
+    served = [v[0] for s, v in day.items() if s != "adaptive" and v]
+    if served and "adaptive" in day:
+        out.write(
+            f"  day: every server but SGLang's adaptive one read {min(served):.0f}-"
+            f"{max(served):.0f} tok/s (adaptive\n  {day['adaptive'][0]:.0f}), the whole trace "
+            "inside its window: at its rates the day trace tells\n  servers apart by latency "
+            "only.\n"
+        )
+
+
 def report_serving(out: TextIO = sys.stdout) -> None:
     """The measured serving runs: real servers under changing loads, tokens/s as served, before
     and after PLAIN stopped running the draft's prefill, the policies against the best static
@@ -186,7 +225,8 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "deferred store holds the KV pool and no prefill waits on a tail-token write; 'ctx': the\n"
         "goodput policy prices steps at each iteration's context, the example runs the served\n"
         "thresholds (18/17; 49/42 in 'fixes'), one run each; 'prefill': the policies also\n"
-        "decide before prefill forwards, mean of 2 reps each. EAGLE: the stock server;\n"
+        "decide before prefill forwards, mean of 2 reps each; 'dec03': every server on one\n"
+        "machine, light, bursty and day, 1-2 reps (2026-12-03). EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -247,6 +287,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
             "bursts were prefilled while speculating.\n"
         )
     _report_prefill(reps.get("prefill", {}), out)
+    _report_one_machine(reps.get("dec03", {}), out)
     out.flush()
 
 

@@ -70,7 +70,8 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     (benchmarks/gpu/results/2026-12-02_serving_ctx/), and the run with the policies deciding
     before prefill forwards (benchmarks/gpu/results/2026-12-02_serving_prefill/): goodput and
     the example against the best static server of each repetition, mean and spread, as that
-    run's serving_summary.txt prints them; all computed from the table."""
+    run's serving_summary.txt prints them, and every server on one machine on 2026-12-03; all
+    computed from the table."""
     buf = io.StringIO()
     demo_h200.report_serving(buf)
     text = buf.getvalue()
@@ -101,6 +102,14 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert (
         "Not in this run: SGLang's adaptive speculation (so no ratio to it), the day trace" in text
     )
+    # every server on one machine (2026-12-03): per-repetition ratios as that machine's
+    # serving_summary.txt prints them, and the day trace served whole by all but adaptive
+    assert re.search(r"^dec03\s+day\s+1521\s+1522\s+1406\s+1521\s+1522\s+1522\s+1522$", text, re.M)
+    assert "pinned PLAIN vs no-spec: light 0.966 0.975, day 1.000" in text
+    assert "pinned SPECULATING vs EAGLE: light 1.028 1.033, bursty 1.009 0.992, day 1.000" in text
+    assert "goodput vs best static: bursty 0.890, day 0.999" in text
+    assert "example vs best static: bursty 0.984, day 0.999" in text
+    assert "day: every server but SGLang's adaptive one read 1521-1522 tok/s" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
