@@ -40,11 +40,14 @@ What this module adds, and where each constant comes from:
 * The controllers: ``nospec`` a server without a draft (`baselines.no_draft_server`: plain
   decode, target-only prefill); ``eagle`` and ``specfsm_spec`` always chain 3 (one engine
   path: specfsm pinned SPECULATING runs stock EAGLE's step, measured 1.026x it); ``specfsm_plain``
-  the engine's PLAIN state held (zero-tax steps, the draft still prefilled, ``plain``);
-  ``specfsm_plain_nodraft`` the same with the draft's prefill skipped (the harness variant,
-  the engine's ``lazy_draft_prefill``); ``specfsm_goodput`` the served policy through the real
+  the engine's PLAIN state held (zero-tax steps), its prompts prefilled by the target alone and
+  counted as lag for the catch-up (the engine's ``lazy_draft_prefill``: the adapter's
+  ``defer_prefill_tokens``, on by default, defers the draft's prefill while PLAIN);
+  ``specfsm_plain_nodraft`` the same (the harness variant that skipped the draft's prefill
+  before the adapter deferred it); ``specfsm_goodput`` the served policy through the real
   FSM (`goodput_from_args` of the server's {"table", "shape": "chain3", "accept_len"}, zero-tax
-  PLAIN; the served one also had a start-up profile this machine does not have);
+  PLAIN deferring the draft's prefill as the adapter does; the served one also had a start-up
+  profile this machine does not have);
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
   ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
@@ -135,14 +138,14 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
         return FixedController(True, SHAPE)
     if server in ("specfsm_plain", "specfsm_plain_nodraft"):
         ctl = StaticController(PLAIN_STATE_NAME, None)
-        ctl.lazy_draft_prefill = server == "specfsm_plain_nodraft"
+        ctl.lazy_draft_prefill = True  # the adapter defers the draft's prefill while PLAIN
         return ctl
     if server == "specfsm_goodput":
         policy = goodput_from_args({"table": table, "shape": "chain3", "accept_len": accept_len})
-        return FSMController("specfsm-goodput", policy, SHAPE)
+        return FSMController("specfsm-goodput", policy, SHAPE, lazy_draft_prefill=True)
     if server == "specfsm_example":
         spec = json.loads(EXAMPLE.read_text())["policy"]
-        return FSMController("specfsm-example", make_policy(spec), SHAPE)
+        return FSMController("specfsm-example", make_policy(spec), SHAPE, lazy_draft_prefill=True)
     if server == "adaptive":
         return SGLangAdaptiveController(max_bs=MAX_RUNNING, shape=SHAPE)
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
@@ -340,7 +343,9 @@ def _why(
         )
     prompt, _ = _mean_lengths(trace)
     t_us, d_us = MEASURED_PREFILL_US
-    per_token = t_us + (d_us if server not in ("nospec", "specfsm_plain_nodraft") else 0.0)
+    # the draft's prefill: always on a stock speculative server and in SPECULATING; deferred
+    # by specfsm while PLAIN (a policy that speculates in a phase pays it there, not counted)
+    per_token = t_us + (d_us if server in ("eagle", "specfsm_spec", "adaptive") else 0.0)
     loads = []
     if trace.phases[0].kind == "poisson":
         counts = [0] * len(trace.phases)
