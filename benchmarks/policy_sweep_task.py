@@ -4,7 +4,10 @@ variants, the tables' labels and trace lengths.
 
 A task is ``(score table, alpha, load kind "conc" | "trace", level | trace name, shape key
 ("-": a shape-free controller, run at chain3), policy, fit table, trace duration (s),
-iterations, warm-up iterations, seed, zero-tax lazy prefill, record the timeline)``.
+iterations, warm-up iterations, seed, deferred draft prefill while PLAIN, record the
+timeline)``. With the deferral on (the adapter's ``defer_prefill_tokens``, its default) the
+engine's PLAIN state and specfsm's zero-tax PLAIN prefill by the target alone and count the
+prompt as lag for the catch-up.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from specfsm.model.acceptance import DraftShape
 from specfsm.model.costs import CostModel, load_table, table_stem
-from specfsm.sim.baselines import controller
+from specfsm.sim.baselines import PLAIN_STATE_NAME, controller
 from specfsm.sim.engine import RunResult, run
 from specfsm.sim.oracle import default_phase_s
 from specfsm.sim.peers import WARM_NAME, ZERO_TAX_NAME, Controller, lineup
@@ -40,7 +43,10 @@ def _controller(
 ) -> Controller:
     if name in SPECFSM:
         return lineup(fit, shape, alpha, names=[name], zero_tax_lazy_prefill=lazy)[0]
-    return controller(name, fit, shape, alpha)
+    ctl = controller(name, fit, shape, alpha)
+    if name == PLAIN_STATE_NAME:
+        ctl.lazy_draft_prefill = lazy  # the engine pinned in PLAIN defers it as specfsm does
+    return ctl
 
 
 def run_task(args: tuple[Any, ...]) -> RunResult:

@@ -8,9 +8,9 @@ and specfsm (``--plain`` zero_tax, the adapter's default) on the same load and s
 specfsm / best static (the grid is the engine's states: the draft shapes and ``plain``,
 specfsm's engine held in PLAIN, draft prefill paid) and the shape switches, then the minimum
 ratio per (score table, alpha). ``ratio_nd`` (info): the same with the server without a draft
-(``no-spec``, prefill by the target only) added, which specfsm's engine cannot match where
-PLAIN wins (it prefills every request through the draft; lazy draft prefill is not in the
-adapter).
+(``no-spec``, prefill by the target only) added, which specfsm's engine cannot match here where
+PLAIN wins (this check prefills every request through the draft; the adapter defers the
+draft's prefill while PLAIN, which benchmarks/policy_sweep.py models and this check does not).
 
 Each run is written to --out's shape_check_runs.jsonl as it finishes (--resume reuses them).
 

@@ -3,14 +3,16 @@ its best parameters FITTED on the fit table (then scored on another table by the
 
 * Static grid (`STATIC_GRID`), the engine's states: chains of 1, 2, 3, 5, 7 steps, trees
   (topk 4, 2 steps, 16 draft tokens) and (4, 3, 8), and the engine's
-  PLAIN state (``plain``: specfsm's own engine pinned in PLAIN, zero-tax steps, every prefill
-  through the draft too, as the SGLang adapter does). "Best static" of a cell is the highest
-  tok/s among them (`best_static`), run on the same load, table and seed.
+  PLAIN state (``plain``: specfsm's own engine pinned in PLAIN, zero-tax steps; every prefill
+  through the draft too unless its controller's ``lazy_draft_prefill`` is set, as
+  benchmarks/policy_sweep.py sets it by default: the SGLang adapter defers the draft's prefill
+  while PLAIN, ``defer_prefill_tokens``). "Best static" of a cell is the highest tok/s among
+  them (`best_static`), run on the same load, table and seed.
 * A server without a draft model (``no-spec``, `NO_DRAFT_NAME`, `no_draft_server`): kept apart
-  from the grid, as an info baseline. Its prefill skips the draft, which specfsm's engine never
-  does (lazy draft prefill is not in the adapter), so at 128-256 requests, where PLAIN wins, it
-  is ~2-4% faster than any state of specfsm's engine; the sweep prints that ratio beside the
-  goal lines instead of hiding it.
+  from the grid, as an info baseline. Its prefill skips the draft; specfsm's engine in PLAIN
+  does so too only with the deferral (else at 128-256 requests, where PLAIN wins, the no-draft
+  server is ~2-4% faster than any state of specfsm's engine); the sweep prints that ratio
+  beside the goal lines instead of hiding it.
 * vLLM (`KTableController`, ``vllm-k-table``): K by the number of scheduled requests (decodes +
   prefills), from a per-batch-size table, no hysteresis; K=0 keeps the draft running at q=1
   (a WARM step, as vLLM's K=0 `propose()` does). `fit_k_table`: for each bs, the K in 0..7 with
@@ -83,7 +85,8 @@ from specfsm.sim.plan import (
 from specfsm.sim.sglang_peer import SGLangAdaptiveController
 from specfsm.sim.tune import SGLANG_DEFAULT_ADAPTIVE, sglang_spec_cuda_graph_bs
 
-#: The engine's PLAIN state held: zero-tax steps, the draft still prefilled (the adapter's).
+#: The engine's PLAIN state held: zero-tax steps, the draft prefilled too (lazy_draft_prefill:
+#: deferred, as the adapter's defer_prefill_tokens does).
 PLAIN_STATE_NAME = "plain"
 #: A server without a draft model: plain decode, prefill by the target only (info baseline).
 NO_DRAFT_NAME = "no-spec"

@@ -11,9 +11,9 @@ Policy driven through the real `SpecFSM`, the simulator playing the engine's com
   forward, priced by `CostModel.zero_tax_ms` from the measured rows; no draft work, the draft's
   lag grows); RESYNCING is one RESYNC iteration (a zero-tax step + the batched catch-up
   draft-extend over the lag, an estimate from the table's draft-extend rows). New requests are
-  prefilled through the draft as the adapter does; with ``lazy_draft_prefill`` (not in the
-  adapter) requests admitted while PLAIN are prefilled by the target only and their prompt
-  joins the lag.
+  prefilled through the draft; with ``lazy_draft_prefill`` (the adapter's default,
+  ``defer_prefill_tokens``) requests admitted while PLAIN are prefilled by the target only and
+  their prompt joins the lag.
 * ``plain="warm"`` (config ``plain: "warm"``, SGLang's steps=0 state): DRAINING, PLAIN and
   RESYNCING all run a WARM iteration (K=1 verify + 1-token draft-extend, `CostModel.warm_ms`);
   DRAINING lasts one forward then DRAINED; RESYNCING lasts one forward (`resync_forwards` = 1)
@@ -153,8 +153,8 @@ def lineup(
       (what `specfsm tune` recommends for the adapter's default PLAIN).
     * specfsm-threshold-warm: ThresholdPolicy from the warm crossover, warm PLAIN.
     * specfsm-zero-tax: GoodputPolicy(plain="zero_tax") through the FSM with zero-tax PLAIN,
-      the adapter's default (lazy draft prefill, which the adapter does not do, only with
-      `zero_tax_lazy_prefill`).
+      the adapter's default (its deferred draft prefill only with `zero_tax_lazy_prefill`,
+      which benchmarks/policy_sweep.py sets by default).
     * specfsm-warm: GoodputPolicy(plain="warm") through the FSM with warm PLAIN.
 
     Both GoodputPolicy entries choose the shape among PLAIN and `shapes` (default

@@ -130,7 +130,8 @@ def test_oracle_picks_the_per_phase_best() -> None:
 
 
 def test_policy_sweep_quick_prints_the_summary_lines(tmp_path: Path) -> None:
-    """`policy_sweep --quick` ends with the five summary lines."""
+    """`policy_sweep --quick` ends with the five summary lines and the two against a server
+    without a draft model."""
     proc = subprocess.run(
         [
             sys.executable,
@@ -153,6 +154,9 @@ def test_policy_sweep_quick_prints_the_summary_lines(tmp_path: Path) -> None:
         "b_max_switches_per_100_iterations",
     ):
         assert re.search(rf"^{name}: \d+\.\d+ \(goal [<>]= [\d.]+\)$", text, re.M), name
+    # against a server without a draft model too: goals, with the reason on the line
+    for name in ("a_min_ratio_vs_no_draft_server", "b_min_ratio_vs_phase_oracle_no_draft"):
+        assert re.search(rf"^{name}: \d+\.\d+ \(goal >= 0\.9[89]; ", text, re.M), name
 
 
 def test_plain_state_pays_the_draft_prefill_the_no_draft_server_skips(fit: CostModel) -> None:
@@ -165,6 +169,26 @@ def test_plain_state_pays_the_draft_prefill_the_no_draft_server_skips(fit: CostM
     r_plain = run(plain, load, fit, 0.8, iterations=300, warmup_iterations=50)
     r_nd = run(nd, load, fit, 0.8, iterations=300, warmup_iterations=50)
     assert r_nd.tok_s > r_plain.tok_s
+
+
+def test_policy_sweep_defers_plains_draft_prefill_as_the_adapter(fit: CostModel) -> None:
+    """policy_sweep's default prices PLAIN as the adapter serves it (`defer_prefill_tokens`):
+    the grid's PLAIN state and specfsm-zero-tax prefill by the target alone, so the held PLAIN
+    state serves as the no-draft server does; --eager-draft-prefill keeps the draft's prefill."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import policy_sweep_task as task
+
+    chain3 = DraftShape.chain(3)
+    deferred = task._controller(PLAIN_STATE_NAME, fit, chain3, 0.8, True)
+    eager = task._controller(PLAIN_STATE_NAME, fit, chain3, 0.8, False)
+    zt = task._controller("specfsm-zero-tax", fit, chain3, 0.8, True)
+    assert deferred.lazy_draft_prefill and not eager.lazy_draft_prefill and zt.lazy_draft_prefill
+    load = fixed_concurrency(128)
+    tok = {
+        name: run(c, load, fit, 0.8, iterations=300, warmup_iterations=50).tok_s
+        for name, c in (("deferred", deferred), ("eager", eager), ("nd", no_draft_server()))
+    }
+    assert tok["eager"] < tok["deferred"] == pytest.approx(tok["nd"], rel=0.02)
 
 
 def test_trtllm_off_step_is_zero_tax_then_one_catch_up(fit: CostModel) -> None:
