@@ -114,7 +114,7 @@ def run_server(
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
-    reps_of = traces.repetitions(args.reps_of, args.reps)
+    reps_of = args.repetitions
     try:
         if not args.no_warmup:
             # the first load after a start JIT-compiles kernels for new shapes (seconds of TTFT on
@@ -393,7 +393,7 @@ def main() -> int:
     tr = {t: all_tr[t] for t in names}
     try:
         args.phase_pins = phase_pins.parse(args.phase_pins)
-        traces.repetitions(args.reps_of, args.reps)
+        args.repetitions = traces.repetitions(args.reps_of, args.reps)
     except ValueError as e:
         ap.error(str(e))
     if args.vocab:

@@ -178,6 +178,12 @@ def _pairs(per_server: dict[str, list[float]], a: str, b: str) -> list[float]:
     return [x / y for x, y in zip(xa, xb, strict=False)]
 
 
+def _rep_cells(ratios: dict[str, list[float]]) -> str:
+    """ "light 0.966 0.975, day 1.000": each trace's ratios per repetition, in order, traces
+    without any left out."""
+    return ", ".join(f"{t} " + " ".join(f"{x:.3f}" for x in rs) for t, rs in ratios.items() if rs)
+
+
 def _report_one_machine(run: dict[str, dict[str, list[float]]], out: TextIO) -> None:
     """Every server on one machine (run 'dec03'): pinned PLAIN against the server without a
     draft, pinned SPECULATING against the stock EAGLE server, the policies against the better
@@ -192,13 +198,10 @@ def _report_one_machine(run: dict[str, dict[str, list[float]]], out: TextIO) -> 
         ("pinned SPECULATING vs EAGLE", "specfsm_spec", "eagle"),
     )
     for name, a, b in pairs:
-        cells = [f"{t} " + " ".join(f"{x:.3f}" for x in _pairs(run[t], a, b)) for t in order]
-        out.write(f"  {name}: " + ", ".join(c for c in cells if " " in c.strip()) + "\n")
+        out.write(f"  {name}: {_rep_cells({t: _pairs(run[t], a, b) for t in order})}\n")
     for server, name in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
-        cells = [f"{t} " + " ".join(f"{x:.3f}" for x in rep_ratios(run[t], server)) for t in order]
-        out.write(
-            f"  {name} vs best static: " + ", ".join(c for c in cells if " " in c.strip()) + "\n"
-        )
+        cells = _rep_cells({t: rep_ratios(run[t], server) for t in order})
+        out.write(f"  {name} vs best static: {cells}\n")
     day = run.get("day", {})
     served = [v[0] for s, v in day.items() if s != "adaptive" and v]
     if served and "adaptive" in day:
