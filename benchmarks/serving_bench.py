@@ -34,6 +34,7 @@ import iters
 import phase_pins
 import summary
 import sync_report
+import torch_profile
 import traces
 from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
@@ -54,8 +55,12 @@ GPU_GOODPUT = {
     **CPU_GOODPUT,
     "table": "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096",
     "price_queued": 1.0,
+    # the target's prefill per prompt token, measured 22.9-23.7 us on the H200
+    # (serve_prefill_gpu, benchmarks/gpu/results/2026-12-03_serving): the prefill pressure
+    "prefill_ms_per_token": 0.023,
 }
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
+MIRRORED = ("requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync", "torch_profile")
 
 
 def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -163,8 +168,10 @@ def run_server(
             for var in variants:
                 label = f"{name}_{var}" if var else name
                 if not args.sync_of or label in args.sync_of:
-                    sync_window(args, srv, var, label, tr, out)
+                    sync_report.window(args, srv, var, label, tr, out, prepare, warm, say)
                     mirror(args, out)
+        if args.torch_profile:  # after the measured runs: torch-profiler windows
+            torch_profile.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
@@ -188,46 +195,6 @@ def prepare(srv: Server, var: str, args: argparse.Namespace) -> None:
         say(f"{srv.server}: /flush_cache refused for 60 s; the run starts warm")
 
 
-def sync_window(
-    args: argparse.Namespace,
-    srv: Server,
-    var: str,
-    label: str,
-    tr: dict[str, traces.Trace],
-    out: Path,
-) -> None:
-    """A sync-debug window after the measured runs (benchmarks/serving/sync_report.py): the
-    first trace's lengths at its highest closed-loop level for ``--sync-debug`` seconds, with
-    the scheduler's waits and profile recorded; nothing of it enters the summary's figures."""
-    first = next(iter(tr.values()))
-    level = max((p.level for p in first.phases if p.kind == "closed"), default=64.0)
-    win = dataclasses.replace(
-        first, name="sync", phases=(traces.Phase("closed", level, args.sync_debug),)
-    )
-    flag = out / "sync" / "flag"
-    flag.parent.mkdir(parents=True, exist_ok=True)
-    for old in flag.parent.glob("flag.*.json"):
-        old.unlink()
-    prepare(srv, var, args)
-    flag.write_text("")
-    try:
-        client.play(win, srv.url, out / "sync" / f"requests_{label}", procs=args.procs)
-    finally:
-        flag.unlink(missing_ok=True)
-    warm(srv)  # an iteration after the flag went away writes the window's file
-    deadline = time.monotonic() + 30.0
-    while time.monotonic() < deadline and not list(flag.parent.glob("flag.*.json")):
-        time.sleep(0.5)
-    got = sorted(flag.parent.glob("flag.*.json"))
-    if not got:
-        say(f"{label}: sync-debug window wrote no file")
-        return
-    dst = out / "sync" / f"{label}.json"
-    got[0].replace(dst)
-    for line in sync_report.lines(label, sync_report.load(dst)):
-        say(line)
-
-
 def play_run(
     args: argparse.Namespace,
     trace: traces.Trace,
@@ -247,7 +214,8 @@ def play_run(
     try:
         t0, recs = client.play(trace, url, rdir, args.procs, sw.start if sw else None)
     finally:
-        sw and sw.stop()
+        if sw is not None:
+            sw.stop()
     m = summary.metrics(trace, recs) | ({"pins": sw.pins, "pin_flips": sw.flips} if sw else {})
     if it_dir is not None:
         m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
@@ -275,7 +243,7 @@ def mirror(args: argparse.Namespace, out: Path) -> None:
     shutil.copy(out / "runs.jsonl", args.mirror / "runs.jsonl")
     tmp = args.mirror / "serving_results.tgz.tmp"
     with tarfile.open(tmp, "w:gz") as tf:
-        for sub in ("requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync"):
+        for sub in MIRRORED:
             if (out / sub).exists():
                 tf.add(out / sub, arcname=sub)
     tmp.replace(args.mirror / "serving_results.tgz")
@@ -364,6 +332,9 @@ def main() -> int:
         default="",
         help="the labels that get a sync-debug window, e.g. nospec,specfsm_plain (default all)",
     )
+    ap.add_argument("--torch-profile", type=int, default=0, help="profiled steps per window")
+    ap.add_argument("--torch-profile-of", default="", help="labels with a window (default all)")
+    ap.add_argument("--torch-profile-level", type=int, default=1, help="window's concurrency")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     gpu = args.bed == "gpu"
@@ -438,6 +409,8 @@ def main() -> int:
     lines = summary.summarize(out / "runs.jsonl", tr, excl)
     if (out / "sync").is_dir():
         lines += sync_report.report(out / "sync")
+    if (out / "torch_profile").is_dir():
+        lines += torch_profile.summary(out / "torch_profile")
     if args.sim:
         import sim_predict  # the specfsm package and numpy: on the development machine only
 

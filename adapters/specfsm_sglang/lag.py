@@ -71,7 +71,9 @@ class LagBuffer:
         self.tokens = torch.zeros((slots, capacity), dtype=torch.int64, device=device)
         self.hidden = torch.zeros((slots, capacity, width), dtype=dtype, device=device)
         self.count = [0] * slots
-        self.count_dev = torch.zeros((slots,), dtype=torch.int64, device=device)
+        # pinned host memory where the device is a GPU: a copy from pageable memory would wait
+        # for every kernel queued on the stream (benchmarks/gpu/sync_probe.py)
+        self._pin = torch.device(device).type == "cuda"
 
     @property
     def nbytes(self) -> int:
@@ -90,19 +92,10 @@ class LagBuffer:
         return self.token_bytes(self.width, self.hidden.dtype)
 
     def reset(self, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
-        """The rows lag by nothing (their draft saw every position)."""
+        """The rows lag by nothing (their draft saw every position): host counts only, no
+        device work. ``rows_dev`` is accepted for callers that hold it; it is not needed."""
         for r in rows:
             self.count[r] = 0
-        if rows:
-            if rows_dev is None:
-                rows_dev = torch.tensor(rows, dtype=torch.int64).to(
-                    self.tokens.device, non_blocking=True
-                )
-            # index_fill_, not ``count_dev[rows_dev] = 0``: a Python scalar assigned through an
-            # index is copied host-to-device from pageable memory, which waits for every kernel
-            # queued on the stream (the whole prefill this runs after; measured on the H200 by
-            # benchmarks/gpu/sync_probe.py), and the scheduler's next batch waits with it
-            self.count_dev.index_fill_(0, rows_dev, 0)
 
     def record(
         self, rows: list[int], rows_dev: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor
@@ -110,19 +103,26 @@ class LagBuffer:
         """Append one position per row: ``hidden[i]`` (h_p) and ``tokens[i]`` (x_{p+1});
         returns the largest lag among the rows.
 
-        Device-side ring positions (no host-to-device copy, no stream sync on the hot path);
-        the host mirror ``count`` plans the catch-up."""
+        The ring positions come from the host counts, which mirror the ring exactly, so one
+        step costs a host-to-device copy of ``bs`` flat positions from pinned memory and two
+        ``index_copy_`` kernels (no device-side count: every small kernel outside the CUDA
+        graph lengthens a PLAIN step at small batch, and a speculative server's PLAIN step is
+        judged against a server without a draft). ``rows_dev`` is unused (kept for callers)."""
         count = self.count
+        cap = self.capacity
         peak = 0
+        flat: list[int] = []
         for r in rows:
-            count[r] += 1
-            if count[r] > peak:
-                peak = count[r]
-        c = self.count_dev[rows_dev]
-        slot = c % self.capacity
-        self.hidden[rows_dev, slot] = hidden.to(self.hidden.dtype)
-        self.tokens[rows_dev, slot] = tokens.to(torch.int64)
-        self.count_dev[rows_dev] = c + 1
+            c = count[r]
+            flat.append(r * cap + c % cap)
+            c += 1
+            count[r] = c
+            if c > peak:
+                peak = c
+        dev = self.tokens.device
+        idx = torch.tensor(flat, dtype=torch.int64, pin_memory=self._pin).to(dev, non_blocking=True)
+        self.hidden.view(-1, self.width).index_copy_(0, idx, hidden.to(self.hidden.dtype))
+        self.tokens.view(-1).index_copy_(0, idx, tokens.to(torch.int64))
         return peak
 
     def gather(self, rows: list[int], lens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

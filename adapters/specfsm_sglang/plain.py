@@ -187,6 +187,16 @@ class ZeroTaxPlain:
             self._zeros[name] = buf
         return buf[: shape[0]]
 
+    def _ones(self, bs: int) -> torch.Tensor:
+        """A PLAIN step's accept lengths (1 per request): a slice of one buffer that nothing
+        writes (SGLang copies it to the host), not a fill kernel per step."""
+        buf = self._zeros.get("ones")
+        if buf is None or buf.shape[0] < bs:
+            cap = max(bs, 2 * (buf.shape[0] if buf is not None else 8))
+            buf = torch.ones((cap,), dtype=torch.int32, device=self.lag.tokens.device)
+            self._zeros["ones"] = buf
+        return buf[:bs]
+
     # ---------------------------------------------------------------- one PLAIN step
     def forward(self, batch: Any, on_publish: Any = None, resync: bool = False, **_: Any) -> Any:
         """One target decode forward of one token per request; records the lag.
@@ -247,7 +257,9 @@ class ZeroTaxPlain:
         st.recorded_tokens += bs
         if peak > st.peak_lag:
             st.peak_lag = peak
-        nxt = EagleDraftInput(bonus_tokens=next_ids.to(torch.int32))
+        # the sampler's dtype (int64), as SGLang's own prefill relays it: the future map's
+        # token buffer is int64, so a cast here would cost two conversion kernels per step
+        nxt = EagleDraftInput(bonus_tokens=next_ids)
         size, hdtype = self._draft_hidden
         if resync:
             dev = next_ids.device
@@ -269,7 +281,7 @@ class ZeroTaxPlain:
             "can_run_cuda_graph": out.can_run_cuda_graph,
             "speculative_num_draft_tokens": 1,
             "next_draft_input": nxt,
-            "accept_lens": torch.ones((bs,), dtype=torch.int32, device=next_ids.device),
+            "accept_lens": self._ones(bs),
             "new_seq_lens": new_seq_lens,
             "extra_keep_alive_refs": [fb],
         }

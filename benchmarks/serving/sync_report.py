@@ -14,9 +14,15 @@ Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import client
+import traces
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -58,3 +64,48 @@ def report(sync_dir: Path) -> list[str]:
     for path in sorted(sync_dir.glob("*.json")):
         out += lines(path.stem, load(path))
     return out
+
+
+def window(
+    args: Any,
+    srv: Any,
+    var: str,
+    label: str,
+    tr: dict[str, traces.Trace],
+    out: Path,
+    prepare: Callable[[Any, str, Any], None],
+    warm: Callable[[Any], None],
+    say: Callable[[str], None],
+) -> None:
+    """A sync-debug window after the measured runs (benchmarks/serving/sync_report.py): the
+    first trace's lengths at its highest closed-loop level for ``--sync-debug`` seconds, with
+    the scheduler's waits and profile recorded; nothing of it enters the summary's figures.
+    ``prepare`` sets the variant and flushes the cache, ``warm`` sends a few requests (the
+    benchmark's own), ``say`` prints a line."""
+    first = next(iter(tr.values()))
+    level = max((p.level for p in first.phases if p.kind == "closed"), default=64.0)
+    win = dataclasses.replace(
+        first, name="sync", phases=(traces.Phase("closed", level, args.sync_debug),)
+    )
+    flag = out / "sync" / "flag"
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    for old in flag.parent.glob("flag.*.json"):
+        old.unlink()
+    prepare(srv, var, args)
+    flag.write_text("")
+    try:
+        client.play(win, srv.url, out / "sync" / f"requests_{label}", procs=args.procs)
+    finally:
+        flag.unlink(missing_ok=True)
+    warm(srv)  # an iteration after the flag went away writes the window's file
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline and not list(flag.parent.glob("flag.*.json")):
+        time.sleep(0.5)
+    got = sorted(flag.parent.glob("flag.*.json"))
+    if not got:
+        say(f"{label}: sync-debug window wrote no file")
+        return
+    dst = out / "sync" / f"{label}.json"
+    got[0].replace(dst)
+    for line in lines(label, load(dst)):
+        say(line)

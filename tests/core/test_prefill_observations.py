@@ -83,3 +83,97 @@ def test_scripted_with_prefills_switches_on_its_iteration_whatever_the_forward()
 def test_log_fields_name_the_prefill() -> None:
     assert obs_fields(prefill(5, 9, tokens=321))["prefill_tokens"] == 321
     assert "prefill_tokens" not in obs_fields(Observation(iteration=5, decode_bs=9))
+
+
+# --------------------------------------------------------------------------- prefill pressure
+PRESSURE = {
+    **GOODPUT,
+    "calibrate": False,
+    "debounce": 1,
+    "min_dwell": 0,
+    "prefill_ms_per_token": 0.023,
+}
+
+
+def _close_call(pol: GoodputPolicy) -> int:
+    """A batch where speculation's decode price beats PLAIN's by 3-15% (the bursty trace's
+    re-speculation at bs 41 was 4.5% on the H200's profile)."""
+    for bs in range(64, 0, -1):
+        plain, spec = pol.predict(bs)
+        if 1.03 < spec / plain < 1.15:
+            return bs
+    raise AssertionError("no batch size where speculation wins by 3-15%")
+
+
+def _decode(it: int, bs: int, ms: float) -> Observation:
+    return Observation(iteration=it, decode_bs=bs, running=bs, step_ms=ms, step_bs=bs)
+
+
+def test_prefill_pressure_keeps_plain_while_arrivals_keep_the_gpu_busy() -> None:
+    pol = make_policy(PRESSURE)
+    assert isinstance(pol, GoodputPolicy)
+    bs = _close_call(pol)
+    ms = pol.predicted_ms(bs)
+    # a burst: a 1300-token prefill between every two decodes (~30 ms of prefill each)
+    got = []
+    for i in range(1, 201, 2):
+        got.append(pol.decide(Mode.PLAIN, prefill(i, bs, tokens=1300)))
+        got.append(pol.decide(Mode.PLAIN, _decode(i + 1, bs, ms)))
+    assert all(v is None for v in got), pol.last_reason
+    assert pol.est.share > 0.5
+    assert pol.est.pressure_factor() > 1.5
+    # the burst ends: decodes alone bring the share down and speculation back
+    v = None
+    for i in range(201, 400):
+        v = pol.decide(Mode.PLAIN, _decode(i, bs, ms))
+        if v is not None:
+            break
+    assert v is not None and v.event is Event.LOAD_LOW, pol.last_reason
+    assert "prefill share" in v.reason and pol.est.share < 0.1
+
+
+def test_prefill_pressure_sends_speculating_to_plain_in_a_burst() -> None:
+    pol = make_policy(PRESSURE)
+    assert isinstance(pol, GoodputPolicy)
+    bs = _close_call(pol)
+    ms = pol.predicted_ms(bs, pol.launch_shape)
+    assert pol.decide(Mode.SPECULATING, _decode(1, bs, ms)) is None
+    v = None
+    for i in range(2, 100, 2):
+        v = pol.decide(Mode.SPECULATING, prefill(i, bs, tokens=4096))
+        if v is not None:
+            break
+    assert v is not None and v.event is Event.LOAD_HIGH, pol.last_reason
+    assert "prefill share" in v.reason
+    (name, plain), *_ = v.predicted
+    assert name == "plain" and plain > dict(v.predicted)[pol.launch_shape.label()]
+
+
+def test_prefill_pressure_is_off_by_default_and_a_quiet_gpu_prices_as_before() -> None:
+    off = make_policy({**PRESSURE, "prefill_ms_per_token": 0.0})
+    on = make_policy(PRESSURE)
+    assert isinstance(off, GoodputPolicy) and isinstance(on, GoodputPolicy)
+    assert make_policy(GOODPUT).describe()["prefill_ms_per_token"] == 0.0
+    for pol in (off, on):
+        for i in range(1, 50):
+            pol.decide(Mode.SPECULATING, _decode(i, 8, 10.0))
+    assert off.est.share == 0.0 and on.est.share == 0.0
+    assert on.est.pressure_factor() == 1.0
+    for i in range(50, 60):
+        off.decide(Mode.SPECULATING, prefill(i, 8, tokens=8192))
+    assert off.est.share == 0.0  # off: prefills are not counted
+    assert on.est.estimate(8, 0, 60).spec_ms == off.est.estimate(8, 0, 60).spec_ms
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("prefill_ms_per_token", -0.1, "prefill_ms_per_token and prefill_extra must be >= 0"),
+        ("prefill_extra", -1.0, "prefill_ms_per_token and prefill_extra must be >= 0"),
+        ("prefill_ema", 0.0, "prefill_ema must be in"),
+        ("prefill_ema", 1.5, "prefill_ema must be in"),
+    ],
+)
+def test_prefill_pressure_parameters_are_checked(key: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_policy({**PRESSURE, key: value})

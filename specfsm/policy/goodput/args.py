@@ -40,7 +40,9 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     default and the adapter's default PLAIN, or "warm": it must name the PLAIN the server runs),
     ``shape_margin``, ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``depth_ema``,
     ``shape_z``, ``probe_z``, ``reprobe_after``, ``reprobe_max``, ``reprobe_len``,
-    ``reprobe_evidence``. ``shapes`` (a list of shapes, or one string "chain1,chain3,4,2,16"):
+    ``reprobe_evidence``, ``price_queued``, ``prefill_ms_per_token``, ``prefill_extra``,
+    ``prefill_ema`` (the prefill pressure, docs/policies.md). ``shapes`` (a list of shapes, or
+    one string "chain1,chain3,4,2,16"):
     choose among PLAIN and these per iteration (``shape`` is the launch shape, added when not
     listed). ``profile`` (a cost CSV in the packaged table format, e.g. the engine's start-up
     profile): its series override the table's as the calibration's prior. ``calibrate`` (bool,

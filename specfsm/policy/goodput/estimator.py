@@ -21,6 +21,19 @@ PLAIN nothing is verified, so an estimate below the prior relaxes back toward it
 load would otherwise keep it there for good. Predicted accept lengths refresh every
 `accept_refresh` iterations.
 
+Prefill pressure (with `prefill_ms_per_token` > 0): arrivals make SGLang run prefills between
+decodes, and a prefill on a speculative server costs more than on PLAIN, which defers the
+draft's prefill (the draft's share of it, and the host waiting for it before the next batch:
+`prefill_extra` of the target's time). The decode price alone misses it: on the H200 a burst
+at 40 requests/s left decode a few percent of the GPU, and a policy that went back to
+SPECULATING at bs 41 on a 4.5% better decode price served a third of the no-spec server's
+tokens in that phase. So the estimator keeps `share`, the prefills' fraction of recent GPU
+time (an average per observation, weight `prefill_ema`, of the prompt tokens x
+`prefill_ms_per_token` against the measured decode steps), and prices every speculative
+option on the time left to decode: its cost x (1 - share) / (1 - share x (1 + prefill_extra)),
+PLAIN's unchanged. A ratio of the two modes' time left, so a quiet GPU (share ~0) prices as
+before.
+
 `estimate(bs, ctx, iteration)` returns one `Estimate`: every option's predicted cost and accept
 length now, from which the rules read each option's tokens/s at the bound they judge by.
 """
@@ -42,6 +55,9 @@ _SPEC = StepKind.SPEC
 _PLAIN = StepKind.PLAIN
 _WARM = StepKind.WARM
 _Costs = tuple[float, tuple[float, ...], tuple[float, ...]]
+#: the most a prefill share can lengthen a speculative option (its time left to decode is
+#: then ~nothing: any finite price past this ranks it last all the same)
+MAX_PRESSURE = 1000.0
 
 
 class Estimate:
@@ -151,6 +167,11 @@ class Estimator:
         self.alpha_sd = 0.0
         #: SPECULATING iterations with verifies (the evidence acceptance rests on)
         self.spec_seen = 0
+        #: averages of the prefill and decode time per observation (ms), and the prefills'
+        #: share of it (prefill pressure; 0 with it off)
+        self._pf_ms = 0.0
+        self._dec_ms = 0.0
+        self.share = 0.0
         #: each candidate's accept length at the prior alpha (what a re-probe could find)
         self.acc_prior: tuple[float, ...] = tuple(
             accept_length(self.depths.prior_alpha, s, p.rho) for s in self.cands
@@ -159,7 +180,10 @@ class Estimator:
     # ------------------------------------------------------------------ learning
     def learn(self, mode: Mode, obs: Observation, cur: int) -> None:
         """Fold one iteration in: its verifies (while SPECULATING), the relaxation (in PLAIN),
-        and its measured step. A prefill observation teaches nothing (no verify, no step)."""
+        and its measured step. A prefill observation teaches only the prefill pressure (no
+        verify, no step)."""
+        if self.params.prefill_ms_per_token > 0.0:
+            self._pressure(obs)
         if obs.prefill_tokens:
             return
         if mode is Mode.SPECULATING and obs.accept_lens:
@@ -184,6 +208,35 @@ class Estimator:
         if obs.step_ms > 0.0 and obs.step_bs > 0:
             self._calibrate(obs)
         self._last_ctx = obs.mean_ctx
+
+    def _pressure(self, obs: Observation) -> None:
+        """Fold one observation into the prefill and decode time averages: a prefill's prompt
+        tokens at `prefill_ms_per_token`, a decode's measured step (a decode not measured yet
+        leaves both averages)."""
+        p = self.params
+        if obs.prefill_tokens:
+            pf, dec = obs.prefill_tokens * p.prefill_ms_per_token, 0.0
+        elif obs.step_ms > 0.0:
+            pf, dec = 0.0, obs.step_ms
+        else:
+            return
+        a = p.prefill_ema
+        self._pf_ms += a * (pf - self._pf_ms)
+        self._dec_ms += a * (dec - self._dec_ms)
+        total = self._pf_ms + self._dec_ms
+        self.share = self._pf_ms / total if total > 0.0 else 0.0
+
+    def pressure_factor(self) -> float:
+        """How much longer a speculative option's decode takes per unit of served time under
+        the current prefill share (1.0: no pressure; at most `MAX_PRESSURE`)."""
+        f = self.share
+        if f <= 0.0:
+            return 1.0
+        left_plain = 1.0 - f
+        left_spec = 1.0 - f * (1.0 + self.params.prefill_extra)
+        if left_spec <= left_plain / MAX_PRESSURE:
+            return MAX_PRESSURE
+        return left_plain / left_spec
 
     def _calibrate(self, obs: Observation) -> None:
         """Fold the measured step of `obs` into the calibration (kinds spec, plain, warm; a
@@ -291,7 +344,13 @@ class Estimator:
 
     def estimate(self, bs: int, ctx: int, iteration: int) -> Estimate:
         """Every option's prediction now (the shapes' accept lengths from the counts)."""
-        return Estimate(self, bs, ctx, self.costs(bs, ctx), self.accepts(iteration))
+        costs = self.costs(bs, ctx)
+        k = self.pressure_factor()
+        if k != 1.0:
+            off, spec, opt = costs
+            spec_k = tuple(ms * k for ms in spec)
+            costs = (off, spec_k, spec_k if opt is spec else tuple(ms * k for ms in opt))
+        return Estimate(self, bs, ctx, costs, self.accepts(iteration))
 
     def accept_lengths(self) -> dict[DraftShape, float]:
         """Every candidate shape's accept length as predicted now (from the counts)."""

@@ -67,6 +67,14 @@ class GoodputParams:
     price_queued: float = 0.0
     #: decide before prefill forwards too, on the load they bring (`sees_prefills`)
     prefills: bool = True
+    #: the target's prefill time per prompt token (ms) on this engine; > 0 turns the prefill
+    #: pressure on: speculation is priced on the GPU time prefills leave to decode
+    prefill_ms_per_token: float = 0.0
+    #: a speculative prefill's extra time as a fraction of the target's (the draft's prefill
+    #: and the host's wait after it), which zero-tax PLAIN defers
+    prefill_extra: float = 0.1
+    #: weight of one observation in the prefill and decode time averages
+    prefill_ema: float = 0.05
 
     def __attrs_post_init__(self) -> None:
         if self.accept_len < 1.0:
@@ -97,6 +105,13 @@ class GoodputParams:
             )
         if not 0.0 <= self.price_queued <= 1.0:
             raise ValueError(f"GoodputPolicy: price_queued must be in [0, 1]: {self.price_queued}")
+        if self.prefill_ms_per_token < 0 or self.prefill_extra < 0:
+            raise ValueError(
+                "GoodputPolicy: prefill_ms_per_token and prefill_extra must be >= 0: "
+                f"{self.prefill_ms_per_token}, {self.prefill_extra}"
+            )
+        if not 0.0 < self.prefill_ema <= 1.0:
+            raise ValueError(f"GoodputPolicy: prefill_ema must be in (0, 1]: {self.prefill_ema}")
         if self.relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {self.relax_half_life}")
         if not 0.0 < self.cal_ema <= 1.0 or not 0.0 < self.depth_ema <= 1.0:

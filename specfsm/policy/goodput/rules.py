@@ -114,6 +114,12 @@ def _verdict(
     plain: float | None = None,
 ) -> Verdict:
     cands = p.est.cands
+    if p.params.prefill_ms_per_token > 0.0:
+        # the prefill pressure scaled every speculative price above: say by how much
+        reason += (
+            f", prefill share {p.est.share:.2f} (speculative prices x "
+            f"{p.est.pressure_factor():.3f})"
+        )
     return Verdict(
         event,
         f"goodput.{rule}",

@@ -1,0 +1,392 @@
+"""Where a server's decode step spends its GPU time: a torch-profiler window and its report
+(``serving_bench.py --torch-profile STEPS``).
+
+:func:`window` plays a closed-loop load against a running SGLang server and, once steady, asks
+SGLang's own profiler (``POST /start_profile``) for ``steps`` forward passes; SGLang stops it by
+itself after them and writes ``<label>-<id>-TP-<rank>.trace.json.gz`` into the directory sent.
+:func:`report` reads the chrome trace(s) by these rules:
+
+- iterations start at each ``scheduler.run_batch`` span (SGLang 0.5.17 and 0.5.23 open that
+  ``record_function`` in ``Scheduler.run_batch`` under a profiler), else at each ``step[...]``
+  span but a draft's, else at each ``cudaGraphLaunch``; an iteration's mode is that of the
+  ``step[MODE ...]`` spans in it. A GPU op belongs to the iteration in which the CPU call with
+  its correlation id was made; it is *in graph* when that call is a ``cudaGraphLaunch`` (CUPTI
+  gives a replayed graph's kernels the launch's id) or its args carry a non-zero graph id.
+- steps: the iterations of the decode mode (``DECODE``, else the commonest). A steady step is a
+  decode iteration followed by another: its ``period`` runs from its first graph kernel (else
+  first op) to the next one's, ``busy`` is the union of all GPU ops (kernels, memcpy, memset,
+  every stream) in it, ``idle`` = period - busy, ``cpu`` the host time between the iterations'
+  starts, ``launch_lead`` its first graph kernel's start - the launch call (small: the GPU
+  waited for the host). ``window``: span / busy / idle of the whole trace per step.
+
+The profiler's own launch overhead lengthens host gaps: idle under it is an upper bound.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import gzip
+import json
+import shutil
+import statistics
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import client
+import traces
+
+BIG = 40 << 20  # a trace over this leaves the mirrored folder (its report stays)
+GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+GRAPH_ARGS = ("graph id", "graphId", "graph node id", "graphNodeId")
+PAIR = ("specfsm_plain", "nospec")  # compared in the summary when both were profiled
+
+
+class Op(NamedTuple):
+    ts: float
+    end: float
+    name: str
+    kind: str
+    corr: int
+    graph: bool  # the event's own args name a graph
+
+
+def _traces(d: Path) -> list[Path]:
+    return sorted(p for p in d.glob("*") if p.name.endswith((".json", ".json.gz")))
+
+
+def _post(url: str, body: dict[str, Any] | None, timeout: float) -> None:
+    data = json.dumps(body or {}).encode()
+    hdr = {"Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, headers=hdr, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        resp.read()
+
+
+def _settle(d: Path, wait: float) -> list[Path]:
+    """The trace files in ``d`` once they exist, stop growing and read to their end (the
+    exporter gzips as it writes); ``[]`` after ``wait`` seconds."""
+    deadline, last = time.monotonic() + wait, None
+    while time.monotonic() < deadline:
+        files = _traces(d)
+        sizes = [p.stat().st_size for p in files]
+        if files and sizes == last:
+            try:
+                for p in (p for p in files if p.name.endswith(".gz")):
+                    with gzip.open(p, "rb") as fh:
+                        while fh.read(1 << 22):
+                            pass
+                return files
+            except (OSError, EOFError):
+                pass
+        last = sizes
+        time.sleep(0.5)
+    return []
+
+
+def window(
+    url: str,
+    out_dir: Path,
+    label: str,
+    trace: traces.Trace,
+    level: int,
+    seconds: float,
+    steps: int,
+    procs: int,
+) -> Path | None:
+    """Profile ``steps`` forward passes of the server at ``url`` under a closed loop of
+    ``level`` requests of ``trace``'s lengths (none cut) for ``seconds``: the directory of the
+    trace files (``out_dir/label``), or None, said on stdout, when the server is unreachable,
+    refuses the profiler or writes nothing within 60 s of the load's end. Never raises for
+    those, so the benchmark goes on to its other servers."""
+    dst = (out_dir / label).resolve()
+
+    def say(text: str) -> None:
+        print(f"[torch-profile] {label}: {text}", flush=True)
+
+    try:
+        urllib.request.urlopen(url + "/health", timeout=10).close()
+    except OSError as exc:
+        say(f"server not reachable ({exc}); no window")
+        return None
+    dst.mkdir(parents=True, exist_ok=True)
+    for old in _traces(dst):
+        old.unlink()
+    lengths = dataclasses.replace(trace.lengths, abort_share=0.0)
+    phase = traces.Phase("closed", level, seconds)
+    win = dataclasses.replace(trace, name="torch_profile", lengths=lengths, phases=(phase,))
+    t0: list[float] = []
+    failed: list[str] = []
+
+    def play() -> None:
+        try:
+            n = max(1, min(procs, level))
+            client.play(win, url, out_dir / "requests" / label, n, t0.append)
+        except (RuntimeError, OSError) as exc:
+            failed.append(str(exc))
+
+    th = threading.Thread(target=play, daemon=True)
+    th.start()
+    while not t0 and th.is_alive():
+        time.sleep(0.05)
+    time.sleep(max(0.0, (t0 or [0.0])[0] + seconds / 3 - time.time()))  # past the ramp
+    # one trace over every stage; Python stacks and shapes would multiply size and overhead
+    body = {"output_dir": str(dst), "num_steps": steps, "profile_prefix": label}
+    body |= {"activities": ["CPU", "GPU"], "with_stack": False, "record_shapes": False}
+    try:
+        _post(url + "/start_profile", body, 120)
+    except OSError as exc:
+        say(f"/start_profile refused: {exc}")
+        return None
+    finally:
+        th.join(seconds + 120)
+    if failed:
+        say(f"load client failed: {failed[0]}")
+    files = _settle(dst, 5.0)
+    if not files:  # the load ended before `steps` forwards: stop it so the trace is written
+        try:
+            _post(url + "/stop_profile", None, 300)
+        except OSError as exc:
+            say(f"/stop_profile: {exc}")
+        files = _settle(dst, 60.0)
+    if not files:
+        say(f"no trace file in {dst}")
+        return None
+    say(f"{len(files)} trace file(s), {sum(p.stat().st_size for p in files) / 1e6:.1f} MB")
+    return dst
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt") as fh:
+            data = json.load(fh)
+    else:
+        data = json.loads(path.read_text())
+    ev = data.get("traceEvents", []) if isinstance(data, dict) else data
+    return [e for e in ev if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def _merge(iv: list[tuple[float, float]]) -> list[list[float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(iv):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def _covered(merged: list[list[float]], heads: list[float], a: float, b: float) -> float:
+    total, i = 0.0, max(0, bisect.bisect_right(heads, a) - 1)
+    while i < len(merged) and merged[i][0] < b:
+        total += max(0.0, min(merged[i][1], b) - max(merged[i][0], a))
+        i += 1
+    return total
+
+
+def _stats(xs: dict[str, list[float]]) -> dict[str, float | None]:
+    return {k: round(statistics.fmean(v), 3) if v else None for k, v in xs.items()}
+
+
+def report(trace_dir: Path) -> dict[str, Any]:
+    """Per-step figures of the chrome traces in ``trace_dir``, by the module docstring's rules:
+    steps found, the steady decode step's period / busy / idle, the window's span / busy / idle
+    per step, and GPU ops by name per step, in and outside CUDA graphs."""
+    files, ops, marks = _traces(trace_dir), [], []
+    calls: dict[int, tuple[float, bool]] = {}  # correlation id -> (CPU ts, a graph launch)
+    for ev in (e for p in files for e in _load(p)):
+        cat, name, args = str(ev.get("cat", "")).lower(), str(ev.get("name", "")), ev.get("args")
+        args, ts, dur = args or {}, float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0))
+        if cat in GPU_KINDS:
+            corr = int(args.get("correlation", -1))
+            graph = any(args.get(k) not in (None, 0, -1, "", "0") for k in GRAPH_ARGS)
+            ops.append(Op(ts, ts + dur, name[:160], GPU_KINDS[cat], corr, graph))
+        elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+            launch = name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+            calls[int(args["correlation"])] = (ts, launch)
+        elif not cat.startswith("gpu") and (name == "scheduler.run_batch" or name[:5] == "step["):
+            marks.append((ts, name))
+    graph_cpu = sorted(ts for ts, g in calls.values() if g)
+    spans = sorted((ts, n[5:].split(" ")[0].rstrip("]")) for ts, n in marks if n[:5] == "step[")
+    starts = sorted(ts for ts, n in marks if n == "scheduler.run_batch")
+    rule = "scheduler.run_batch spans"
+    if not starts:
+        starts, rule = [ts for ts, m in spans if m != "DRAFT"], "step[...] spans"
+    if not starts:
+        starts, rule = graph_cpu, "cudaGraphLaunch calls" if graph_cpu else "none"
+
+    def it(ts: float) -> int:
+        return bisect.bisect_right(starts, ts) - 1
+
+    seen: list[set[str]] = [set() for _ in starts]
+    launch_at: dict[int, float] = {}
+    for ts, m in spans:
+        if it(ts) >= 0:
+            seen[it(ts)].add(m)
+    for ts in graph_cpu:
+        if it(ts) >= 0:
+            launch_at.setdefault(it(ts), ts)
+    mode = ["+".join(sorted(s)) or ("GRAPH" if k in launch_at else "?") for k, s in enumerate(seen)]
+    modes = Counter(mode)
+    dm = "DECODE" if "DECODE" in modes else (modes.most_common(1)[0][0] if modes else "")
+    graph_corr = {c for c, (_, g) in calls.items() if g}
+    of = [
+        (o, it(calls[o.corr][0]) if o.corr in calls else -1, o.graph or o.corr in graph_corr)
+        for o in ops
+    ]
+    anchor: dict[int, float] = {}
+    for o, k, g in of:
+        if k >= 0 and (g or k not in launch_at):  # a graph's first kernel anchors its step
+            anchor[k] = min(anchor.get(k, o.ts), o.ts)
+    n, steps = len(starts), modes.get(dm, 0)
+    steady = [
+        k for k in range(n - 1) if mode[k] == dm == mode[k + 1] and {k, k + 1} <= anchor.keys()
+    ]
+    merged = _merge([(o.ts, o.end) for o in ops])
+    heads = [m[0] for m in merged]
+    period = [anchor[k + 1] - anchor[k] for k in steady]
+    busy = [_covered(merged, heads, anchor[k], anchor[k + 1]) for k in steady]
+    leads = [anchor[k] - launch_at[k] for k in steady if k in launch_at]
+    idle = [p - b for p, b in zip(period, busy, strict=True)]
+    cpu = [starts[k + 1] - starts[k] for k in steady]
+    decode = _stats({"period": period, "busy": busy, "idle": idle, "cpu": cpu})
+    decode |= {"median": round(statistics.median(period), 3) if period else None}
+    decode |= {"launch_lead": round(statistics.median(leads), 3) if leads else None}
+    sset, div = set(steady), len(steady) or max(1, steps)
+    table: dict[str, list[float]] = {}
+    kinds: dict[str, float] = defaultdict(float)
+    for o, k, g in of:
+        if steady and k not in sset:
+            continue
+        row = table.setdefault(o.name, [0.0, 0.0, 0.0, 0.0])
+        row[0 if g else 2] += 1
+        row[1 if g else 3] += o.end - o.ts
+        where = ("in_graph" if g else "outside") if o.kind == "kernel" else o.kind
+        kinds[f"{where}_n"] += 1
+        kinds[f"{where}_us"] += o.end - o.ts
+    span = max((o.end for o in ops), default=0.0) - min((o.ts for o in ops), default=0.0)
+    total = sum(b - a for a, b in merged)
+    per = max(1, steps)
+    win = {"span": span / per, "busy": total / per, "idle": (span - total) / per}
+    basis = "steady decode steps" if steady else "whole window / steps"
+    by_time = sorted(table.items(), key=lambda kv: -(kv[1][1] + kv[1][3]))
+    out = {"files": [p.name for p in files], "rule": rule, "iterations": n, "step_mode": dm}
+    out |= {"modes": dict(modes), "steps": steps, "graph_launches": len(graph_cpu)}
+    out |= {"window_us": round(span, 3), "window": {k: round(v, 3) for k, v in win.items()}}
+    out |= {"decode": {"n": len(steady), **decode}, "ops_basis": basis}
+    out |= {"ops": {k: round(v / div, 3) for k, v in sorted(kinds.items())}}
+    return out | {"kernels": {name: [round(x / div, 3) for x in r] for name, r in by_time}}
+
+
+def _f(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def _vs(x: Any, y: Any) -> str:
+    d = f" ({x - y:+.1f})" if x is not None and y is not None else ""
+    return f"{_f(x)} vs {_f(y)}{d}"
+
+
+def _where(r: list[float]) -> str:
+    return "both" if r[0] and r[2] else "graph" if r[0] else "out"
+
+
+def lines(label: str, rep: dict[str, Any], top: int = 8) -> list[str]:
+    """Summary lines of one report: steps and how they were found, the steady decode step, the
+    window per step, GPU ops per step, the ``top`` ops by time per step."""
+    modes = ",".join(f"{m}:{c}" for m, c in sorted(rep["modes"].items()))
+    out = [
+        f"serve_torch_profile[{label}]: steps={rep['steps']} ({rep['step_mode']}; {rep['rule']}) "
+        f"iterations={rep['iterations']} modes={modes} graph_launches={rep['graph_launches']}"
+    ]
+    for group in ("decode", "window", "ops"):
+        vals = " ".join(f"{k}={_f(v) if k != 'n' else v}" for k, v in rep[group].items())
+        out.append(f"serve_torch_profile_{group}[{label}]: {vals}")
+    out[-1] += f" ({rep['ops_basis']})"
+    for name, r in list(rep["kernels"].items())[:top]:
+        out.append(f"#   {r[1] + r[3]:8.1f} us {r[0] + r[2]:6.2f}x {_where(r):5s} {name}")
+    return out
+
+
+def diff_lines(
+    a_label: str, a: dict[str, Any], b_label: str, b: dict[str, Any], top: int = 15
+) -> list[str]:
+    """Lines comparing two reports, ``a`` vs ``b`` (a - b), in us per step: steps, the steady
+    decode step, the window (span / steps), GPU ops in and outside graphs, and the ``top`` op
+    names whose time per step differs most, with their counts per step and placement."""
+    tag = f"{a_label}-{b_label}"
+    out = [f"serve_torch_profile_diff[{tag}]: steps {a['steps']} vs {b['steps']}"]
+    for group in ("decode", "window", "ops"):
+        ga, gb = a[group], b[group]
+        vals = [f"{k} {_vs(ga.get(k), gb.get(k))}" for k in {**ga, **gb} if k != "n"]
+        out.append(f"serve_torch_profile_diff_{group}[{tag}]: " + "; ".join(vals))
+    zero = [0.0, 0.0, 0.0, 0.0]
+    ka, kb = a["kernels"], b["kernels"]
+
+    def gap(name: str) -> float:
+        ra, rb = ka.get(name, zero), kb.get(name, zero)
+        return float(ra[1] + ra[3] - rb[1] - rb[3])
+
+    for name in sorted({**ka, **kb}, key=lambda k: -abs(gap(k)))[:top]:
+        ra, rb = ka.get(name, zero), kb.get(name, zero)
+        wa, wb = (_where(r) if name in kx else "-" for r, kx in ((ra, ka), (rb, kb)))
+        out.append(
+            f"#   {gap(name):+8.1f} us ({ra[1] + ra[3]:.1f} vs {rb[1] + rb[3]:.1f}; n "
+            f"{ra[0] + ra[2]:.2f} vs {rb[0] + rb[2]:.2f}; {wa}/{wb}) {name}"
+        )
+    return out
+
+
+def summary(root: Path) -> list[str]:
+    """Lines for every ``<label>.report.json`` in ``root``, and the pinned-PLAIN vs nospec
+    comparison when both were profiled."""
+    reps = {p.name[: -len(".report.json")]: p for p in sorted(root.glob("*.report.json"))}
+    got = {k: dict(json.loads(p.read_text())) for k, p in reps.items()}
+    out = [line for label, rep in got.items() for line in lines(label, rep)]
+    if all(k in got for k in PAIR):
+        out += diff_lines(PAIR[0], got[PAIR[0]], PAIR[1], got[PAIR[1]])
+    return out
+
+
+def run_windows(
+    args: Any,
+    srv: Any,
+    name: str,
+    variants: list[str],
+    tr: dict[str, traces.Trace],
+    out: Path,
+    prepare: Callable[[Any, str, Any], None],
+    mirror: Callable[[Any, Path], None],
+) -> None:
+    """After a server's measured runs, for each label in ``args.torch_profile_of`` (all when
+    empty): its variant set, a window of ``args.torch_profile`` steps at
+    ``args.torch_profile_level`` requests of the first trace's lengths, its report saved
+    (``<label>.report.json``) and printed, a trace over 40 MB moved to the unmirrored
+    ``torch_profile_traces/``, the results mirrored."""
+    want = {x for x in args.torch_profile_of.split(",") if x}
+    first, root, steps = next(iter(tr.values())), out / "torch_profile", args.torch_profile
+    seconds = 6.0 + 0.03 * steps  # `steps` forwards fit in the last two thirds
+    for var in variants:
+        label = f"{name}_{var}" if var else name
+        if want and label not in want:
+            continue
+        prepare(srv, var, args)
+        lvl = args.torch_profile_level
+        got = window(srv.url, root, label, first, lvl, seconds, steps, args.procs)
+        if got is not None:
+            try:
+                rep = report(got)
+                (root / f"{label}.report.json").write_text(json.dumps(rep, indent=1) + "\n")
+                print("\n".join(lines(label, rep)), flush=True)
+            except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+                print(f"[torch-profile] {label}: report failed: {exc!r}", flush=True)
+            for p in (p for p in _traces(got) if p.stat().st_size > BIG):
+                (out / "torch_profile_traces" / label).mkdir(parents=True, exist_ok=True)
+                shutil.move(p, out / "torch_profile_traces" / label / p.name)
+        mirror(args, out)
