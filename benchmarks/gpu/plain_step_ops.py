@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "adapters"))
-from specfsm_sglang.lag import LagBuffer  # noqa: E402
+from specfsm_sglang.lag import LagBuffer
 
 WIDTH = 4096  # the EAGLE draft's input width for a Llama-3.1-8B target
 LAG = 128  # the adapter's default lag_tokens
@@ -119,7 +119,7 @@ def main() -> int:
     )
     for bs in (int(x) for x in args.bs.split(",")):
         got: dict[str, list[tuple[float, float]]] = {k: [] for k in ways}
-        for k, w in ways.items():  # warm-up
+        for w in ways.values():  # warm-up
             measure(w.step, bs, 20, busy)
         for r in range(args.rounds):
             order = list(ways) if r % 2 == 0 else list(reversed(ways))
