@@ -28,6 +28,7 @@ def spec(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     eng = F.make_fsm_engine(d, **{"spec": "EAGLE3", **CONFIGS[request.param]})
     eng.test_dir = d
     eng.agree = CONFIGS[request.param].get("agree")
+    eng.shape = "4,2,8" if CONFIGS[request.param]["tree"] else "chain3"
     yield eng
     eng.shutdown()
 
@@ -78,6 +79,41 @@ def test_burst_is_prefilled_in_plain(spec: Any, want: Any) -> None:
     assert new[0]["bs"] == len(PROMPTS) and new[0]["prefill_tokens"] > 0
     log = F.transitions(spec.test_dir)
     assert any(x.get("dst") == "SPECULATING" for x in log[-6:]), "speculation did not resume"
+
+
+def test_goodput_prefill_pressure_leaves_speculating_before_a_burst(spec: Any, want: Any) -> None:
+    """The goodput policy with the prefill pressure on, through the real adapter: with
+    ``prefill_ema`` 1 a prefill observation alone sets the share (1.0), so every speculative
+    price is x 1000 and the policy leaves SPECULATING right before the burst's prefill, saying
+    the share in its reason. Outputs identical to no speculation."""
+    F.set_policy(spec.test_dir, {"name": "fixed", "speculate": True})
+    E.generate_greedy(spec, PROMPTS[:1], 2)  # settle in SPECULATING
+    seen_before = len(prefill_transitions(spec.test_dir))
+    policy = {
+        "name": "goodput",
+        "shape": spec.shape,
+        "accept_len": 2.4,
+        "calibrate": False,
+        "debounce": 1,
+        "min_dwell": 0,
+        "prefill_ms_per_token": 1.0,
+        "prefill_ema": 1.0,
+    }
+    F.set_policy(spec.test_dir, policy)
+    E.generate_greedy(spec, PROMPTS[:1], 4)  # the control file is read on iterations
+    lens = [4, 8, 12, 16, 28, 40]
+    out = [
+        o["output_ids"]
+        for o in spec.generate(
+            input_ids=PROMPTS, sampling_params=[E.sampling_params(n) for n in lens]
+        )
+    ]
+    assert out == want(PROMPTS, lens)
+    assert not F.counters(spec.test_dir, wait_s=5)["failed"]
+    new = prefill_transitions(spec.test_dir)[seen_before:]
+    left = [x for x in new if x["src"] == "SPECULATING" and "prefill share 1.00" in x["reason"]]
+    assert left, new
+    assert "speculative prices x 1000.000" in left[0]["reason"]
 
 
 def test_random_flips_on_prefills_keep_outputs(spec: Any, want: Any) -> None:
