@@ -48,27 +48,32 @@ def prefill_transitions(test_dir: Any) -> list[dict[str, Any]]:
     ]
 
 
+BURST_LENS = [4, 8, 12, 16, 28, 40]
+
+
+def burst_under(spec: Any, want: Any, policy: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Settle in SPECULATING, set ``policy`` (a short request so the control file is read),
+    then six prompts at once, their outputs checked against no speculation: the number of
+    prefill transitions before the burst and the counters before it."""
+    F.set_policy(spec.test_dir, {"name": "fixed", "speculate": True})
+    E.generate_greedy(spec, PROMPTS[:1], 2)
+    F.set_policy(spec.test_dir, policy)
+    E.generate_greedy(spec, PROMPTS[:1], 2)  # the control file is read on iterations
+    before = F.counters(spec.test_dir, wait_s=5)
+    seen_before = len(prefill_transitions(spec.test_dir))
+    params = [E.sampling_params(n) for n in BURST_LENS]
+    out = [o["output_ids"] for o in spec.generate(input_ids=PROMPTS, sampling_params=params)]
+    assert out == want(PROMPTS, BURST_LENS)
+    return seen_before, before
+
+
 def test_burst_is_prefilled_in_plain(spec: Any, want: Any) -> None:
     """Six prompts arrive at once while SPECULATING with nothing running: the threshold sees
     the prefill (6 requests to decode > high), leaves SPECULATING and, nothing K-wide being in
     flight, drains at once, so the six are prefilled in PLAIN; the batch then shrinks and
     speculation resumes. Outputs identical to no speculation."""
-    F.set_policy(spec.test_dir, {"name": "fixed", "speculate": True})
-    E.generate_greedy(spec, PROMPTS[:1], 2)  # settle in SPECULATING
-    F.set_policy(
-        spec.test_dir, {"name": "threshold", "high": 3, "low": 2, "debounce": 1, "min_dwell": 0}
-    )
-    E.generate_greedy(spec, PROMPTS[:1], 2)  # the control file is read on iterations
-    before = F.counters(spec.test_dir, wait_s=5)
-    seen_before = len(prefill_transitions(spec.test_dir))
-    lens = [4, 8, 12, 16, 28, 40]
-    out = [
-        o["output_ids"]
-        for o in spec.generate(
-            input_ids=PROMPTS, sampling_params=[E.sampling_params(n) for n in lens]
-        )
-    ]
-    assert out == want(PROMPTS, lens)
+    threshold = {"name": "threshold", "high": 3, "low": 2, "debounce": 1, "min_dwell": 0}
+    seen_before, before = burst_under(spec, want, threshold)
     after = F.counters(spec.test_dir, wait_s=5)
     assert not after["failed"]
     plain = after["arrivals_by_mode"]["PLAIN"] - before["arrivals_by_mode"]["PLAIN"]
@@ -86,9 +91,6 @@ def test_goodput_prefill_pressure_leaves_speculating_before_a_burst(spec: Any, w
     ``prefill_ema`` 1 a prefill observation alone sets the share (1.0), so every speculative
     price is x 1000 and the policy leaves SPECULATING right before the burst's prefill, saying
     the share in its reason. Outputs identical to no speculation."""
-    F.set_policy(spec.test_dir, {"name": "fixed", "speculate": True})
-    E.generate_greedy(spec, PROMPTS[:1], 2)  # settle in SPECULATING
-    seen_before = len(prefill_transitions(spec.test_dir))
     policy = {
         "name": "goodput",
         "shape": spec.shape,
@@ -99,16 +101,7 @@ def test_goodput_prefill_pressure_leaves_speculating_before_a_burst(spec: Any, w
         "prefill_ms_per_token": 1.0,
         "prefill_ema": 1.0,
     }
-    F.set_policy(spec.test_dir, policy)
-    E.generate_greedy(spec, PROMPTS[:1], 4)  # the control file is read on iterations
-    lens = [4, 8, 12, 16, 28, 40]
-    out = [
-        o["output_ids"]
-        for o in spec.generate(
-            input_ids=PROMPTS, sampling_params=[E.sampling_params(n) for n in lens]
-        )
-    ]
-    assert out == want(PROMPTS, lens)
+    seen_before, _ = burst_under(spec, want, policy)
     assert not F.counters(spec.test_dir, wait_s=5)["failed"]
     new = prefill_transitions(spec.test_dir)[seen_before:]
     left = [x for x in new if x["src"] == "SPECULATING" and "prefill share 1.00" in x["reason"]]
