@@ -157,6 +157,8 @@ def test_prefill_pressure_is_off_by_default_and_a_quiet_gpu_prices_as_before() -
     for pol in (off, on):
         for i in range(1, 50):
             pol.decide(Mode.SPECULATING, _decode(i, 8, 10.0))
+    # the decode time comes from step_ms: ranks must be given one value even uncalibrated
+    assert on.uses_step_ms and not off.uses_step_ms
     assert off.est.share == 0.0 and on.est.share == 0.0
     assert on.est.pressure_factor() == 1.0
     for i in range(50, 60):

@@ -61,8 +61,9 @@ class GoodputPolicy:
         self.ledger = Ledger(p.debounce, p.min_dwell)
         self.cur = self.est.index[cost.shape]  # the machine's current shape (index)
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
-        #: it learns from Observation.step_ms: an adapter with several ranks gives them one value
-        self.uses_step_ms = p.calibrate
+        #: it learns from Observation.step_ms (the calibration, the prefill pressure's decode
+        #: time): an adapter with several ranks gives them one value, so that they decide alike
+        self.uses_step_ms = p.calibrate or p.prefill_ms_per_token > 0.0
         #: it decides before prefill forwards too (Observation.prefill_tokens > 0): a burst
         #: that arrives while SPECULATING is priced before its prompts' prefill
         self.sees_prefills = p.prefills
