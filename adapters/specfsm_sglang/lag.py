@@ -91,15 +91,13 @@ class LagBuffer:
     def bytes_per_token(self) -> int:
         return self.token_bytes(self.width, self.hidden.dtype)
 
-    def reset(self, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
+    def reset(self, rows: list[int]) -> None:
         """The rows lag by nothing (their draft saw every position): host counts only, no
-        device work. ``rows_dev`` is accepted for callers that hold it; it is not needed."""
+        device work."""
         for r in rows:
             self.count[r] = 0
 
-    def record(
-        self, rows: list[int], rows_dev: torch.Tensor, hidden: torch.Tensor, tokens: torch.Tensor
-    ) -> int:
+    def record(self, rows: list[int], hidden: torch.Tensor, tokens: torch.Tensor) -> int:
         """Append one position per row: ``hidden[i]`` (h_p) and ``tokens[i]`` (x_{p+1});
         returns the largest lag among the rows.
 
@@ -107,7 +105,7 @@ class LagBuffer:
         step costs a host-to-device copy of ``bs`` flat positions from pinned memory and two
         ``index_copy_`` kernels (no device-side count: every small kernel outside the CUDA
         graph lengthens a PLAIN step at small batch, and a speculative server's PLAIN step is
-        judged against a server without a draft). ``rows_dev`` is unused (kept for callers)."""
+        judged against a server without a draft)."""
         count = self.count
         cap = self.capacity
         peak = 0

@@ -179,23 +179,17 @@ class ZeroTaxPlain:
             "defer_prefill_max_bytes": self.store.budget * self.lag.bytes_per_token,
         }
 
-    def _zero(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def _zero(
+        self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill: int = 0
+    ) -> torch.Tensor:
+        """The first ``shape[0]`` rows of a buffer of ``fill`` that nothing writes (SGLang
+        relays or copies it to the host), grown by doubling: no fill kernel per step."""
         buf = self._zeros.get(name)
         if buf is None or buf.shape[0] < shape[0]:
             cap = max(shape[0], 2 * (buf.shape[0] if buf is not None else 8))
-            buf = torch.zeros((cap, *shape[1:]), dtype=dtype, device=self.lag.tokens.device)
+            buf = torch.full((cap, *shape[1:]), fill, dtype=dtype, device=self.lag.tokens.device)
             self._zeros[name] = buf
         return buf[: shape[0]]
-
-    def _ones(self, bs: int) -> torch.Tensor:
-        """A PLAIN step's accept lengths (1 per request): a slice of one buffer that nothing
-        writes (SGLang copies it to the host), not a fill kernel per step."""
-        buf = self._zeros.get("ones")
-        if buf is None or buf.shape[0] < bs:
-            cap = max(bs, 2 * (buf.shape[0] if buf is not None else 8))
-            buf = torch.ones((cap,), dtype=torch.int32, device=self.lag.tokens.device)
-            self._zeros["ones"] = buf
-        return buf[:bs]
 
     # ---------------------------------------------------------------- one PLAIN step
     def forward(self, batch: Any, on_publish: Any = None, resync: bool = False, **_: Any) -> Any:
@@ -251,7 +245,7 @@ class ZeroTaxPlain:
                 f"{None if hidden is None else tuple(hidden.shape)}; the draft needs "
                 f"[{bs}, {self.lag.width}]"
             )
-        peak = self.lag.record(rows, rows_dev, hidden[:bs], next_ids)
+        peak = self.lag.record(rows, hidden[:bs], next_ids)
         st = self.stats
         st.plain_forwards += 1
         st.recorded_tokens += bs
@@ -281,7 +275,7 @@ class ZeroTaxPlain:
             "can_run_cuda_graph": out.can_run_cuda_graph,
             "speculative_num_draft_tokens": 1,
             "next_draft_input": nxt,
-            "accept_lens": self._ones(bs),
+            "accept_lens": self._zero("accept_lens", (bs,), torch.int32, fill=1),
             "new_seq_lens": new_seq_lens,
             "extra_keep_alive_refs": [fb],
         }
@@ -316,10 +310,7 @@ class ZeroTaxPlain:
                 rows.append(row)
                 if self.store:
                     self.store.owned(row, req)
-        if len(rows) == len(batch.reqs) and batch.req_pool_indices is not None:
-            self.lag.reset(rows, batch.req_pool_indices)
-        else:
-            self.lag.reset(rows)
+        self.lag.reset(rows)
 
     # ---------------------------------------------------------------- RESYNCING
     def _prompt_part(self, row: int, req: Any, seq_after: int) -> Stored | None:

@@ -72,7 +72,7 @@ class HostCount:
     def step(
         self, rows: list[int], rows_dev: torch.Tensor, h: torch.Tensor, t: torch.Tensor
     ) -> None:
-        self.lag.record(rows, rows_dev, h, t)
+        self.lag.record(rows, h, t)
         self.ones[: len(rows)]
 
 
