@@ -179,3 +179,51 @@ def test_prefill_pressure_is_off_by_default_and_a_quiet_gpu_prices_as_before() -
 def test_prefill_pressure_parameters_are_checked(key: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_policy({**PRESSURE, key: value})
+
+
+def _dwell_policy(ms_per_token: float) -> GoodputPolicy:
+    pol = make_policy({**PRESSURE, "min_dwell": 32, "prefill_ms_per_token": ms_per_token})
+    assert isinstance(pol, GoodputPolicy)
+    return pol
+
+
+def _first_verdict_in_burst(pol: GoodputPolicy) -> int | None:
+    """SPECULATING re-entered at a close call, then a burst of 8192-token prefill chunks
+    (each ~190 ms at 0.023 ms/token, ~20 decode steps of 10 ms): the iteration of the first
+    verdict, None when the burst's 40 chunks pass without one."""
+    bs = _close_call(pol)
+    ms = pol.predicted_ms(bs, pol.launch_shape)
+    for i in range(1, 9):  # the mode is entered (its dwell starts) and a step is measured
+        assert pol.decide(Mode.SPECULATING, _decode(i, bs, ms)) is None, pol.last_reason
+    for i in range(9, 49):
+        if pol.decide(Mode.SPECULATING, prefill(i, bs, queued=8)) is not None:
+            return i
+    return None
+
+
+def test_prefill_chunks_count_toward_the_dwell_as_the_decode_steps_they_take() -> None:
+    """The H200 bursty run that went back to SPECULATING at the start of a burst sat there
+    for 33 prefill iterations (5.7 s) before its dwell of 32 iterations let it leave."""
+    on = _dwell_policy(0.023)
+    first = _first_verdict_in_burst(on)
+    assert first is not None and first < 9 + 8, on.last_reason
+    v = on.last_verdict
+    assert v is not None and v.event is Event.LOAD_HIGH and "prefill share" in v.reason
+    assert on.ledger.dwelt(first) > 32  # 2-3 chunks of ~19 steps' credit each
+    on.ledger.seen(Mode.PLAIN, first + 1)
+    assert on.ledger.dwelt(first + 1) == 0.0  # PLAIN's dwell starts afresh, credit and all
+    # the same stream without the pressure: a prefill iteration is one iteration
+    off = _dwell_policy(0.0)
+    assert off.est.prefill_steps(prefill(20, 8)) == 0.0
+    late = _first_verdict_in_burst(off)
+    assert late is None or late >= 32, off.last_reason
+
+
+def test_prefill_steps_are_the_chunk_time_over_the_measured_decode_step() -> None:
+    pol = _dwell_policy(0.02)
+    assert pol.est.prefill_steps(prefill(1, 8, tokens=1000)) == 0.0  # no step measured yet
+    pol.decide(Mode.SPECULATING, _decode(1, 8, 10.0))
+    assert pol.est.step_ms == 10.0
+    assert pol.est.prefill_steps(prefill(2, 8, tokens=5000)) == pytest.approx(9.0)
+    assert pol.est.prefill_steps(prefill(2, 8, tokens=200)) == 0.0  # under one step
+    assert pol.est.prefill_steps(_decode(3, 8, 10.0)) == 0.0

@@ -172,6 +172,8 @@ class Estimator:
         self._pf_ms = 0.0
         self._dec_ms = 0.0
         self.share = 0.0
+        #: average of the measured decode steps alone (ms; 0 until one is measured)
+        self.step_ms = 0.0
         #: each candidate's accept length at the prior alpha (what a re-probe could find)
         self.acc_prior: tuple[float, ...] = tuple(
             accept_length(self.depths.prior_alpha, s, p.rho) for s in self.cands
@@ -221,10 +223,20 @@ class Estimator:
         else:
             return
         a = p.prefill_ema
+        if dec > 0.0:
+            self.step_ms = dec if self.step_ms <= 0.0 else self.step_ms + a * (dec - self.step_ms)
         self._pf_ms += a * (pf - self._pf_ms)
         self._dec_ms += a * (dec - self._dec_ms)
         total = self._pf_ms + self._dec_ms
         self.share = self._pf_ms / total if total > 0.0 else 0.0
+
+    def prefill_steps(self, obs: Observation) -> float:
+        """The decode steps' worth of time a prefill observation took beyond one step (0 with
+        the pressure off, on a decode, or before any decode step was measured)."""
+        if not obs.prefill_tokens or self.step_ms <= 0.0:
+            return 0.0
+        steps = obs.prefill_tokens * self.params.prefill_ms_per_token / self.step_ms
+        return steps - 1.0 if steps > 1.0 else 0.0
 
     def pressure_factor(self) -> float:
         """How much longer a speculative option's decode takes per unit of served time under

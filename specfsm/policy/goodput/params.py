@@ -68,7 +68,8 @@ class GoodputParams:
     #: decide before prefill forwards too, on the load they bring (`sees_prefills`)
     prefills: bool = True
     #: the target's prefill time per prompt token (ms) on this engine; > 0 turns the prefill
-    #: pressure on: speculation is priced on the GPU time prefills leave to decode
+    #: pressure on: speculation is priced on the GPU time prefills leave to decode, and a
+    #: prefill iteration counts toward `min_dwell` as the decode steps its time is worth
     prefill_ms_per_token: float = 0.0
     #: a speculative prefill's extra time as a fraction of the target's (the draft's prefill
     #: and the host's wait after it), which zero-tax PLAIN defers

@@ -204,6 +204,10 @@ class GoodputPolicy:
             if i is not None:
                 self.cur = i
         est.learn(mode, obs, self.cur)
+        if obs.prefill_tokens and self.params.prefill_ms_per_token > 0.0:
+            # a prefill chunk of 8192 tokens is ~20 decode steps of GPU time: counted so, it
+            # lets a burst end a mode's dwell in a few chunks, not in `min_dwell` of them
+            ledger.credit(est.prefill_steps(obs))
         if mode is _DRAINING:
             return None
         bs = obs.decode_bs

@@ -181,7 +181,7 @@ def reprobe(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation
         and L.reprobe_n < prm.reprobe_max
         and it >= L.reprobe_at
         and est.spec_seen < prm.reprobe_evidence
-        and it - L.since >= prm.min_dwell
+        and L.dwelt(it) >= prm.min_dwell
     ):
         return None
     ms = e.opt_ms
