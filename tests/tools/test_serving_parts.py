@@ -226,3 +226,28 @@ def test_phase_oracle_against_the_tokens_an_open_loop_trace_asks(tmp_path: Path)
     assert any(x.startswith("serve_phase_oracle_vs_trace_tokens[day]: 0.891") for x in lines)
     heavy = traces.builtin("gpu", 7.0)["heavy"]  # closed loop: its requests hang on the server
     assert not summary._asked_tokens(tmp_path, "nospec", heavy, [0])
+
+
+def test_step_compare_puts_a_per_prefill_cost_after_the_prefill(tmp_path: Path) -> None:
+    """step_compare.py: a server that adds 2 ms to the decode after each prefill shows it in
+    the around-prefill table (gap 1, +2.00) and not in the decode table (ratio 1.000)."""
+    import json
+
+    import step_compare
+
+    def trace(name: str, extra_ms: float) -> Path:
+        recs, t = [], 0.0
+        for i in range(400):
+            kind = "E" if i % 8 == 0 else "D"
+            recs.append([t, kind, 4, 600 if kind == "E" else 0, 0, 4, 1000])
+            t += 0.020 if kind == "E" else 0.005 + (extra_ms / 1000.0 if i % 8 == 1 else 0.0)
+        path = tmp_path / f"iter-{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return path
+
+    a = step_compare.pick([f"{trace('a', 2.0)}:0"], 1.5)
+    b = step_compare.pick([str(trace("b", 0.0))], 1.5)
+    assert step_compare.decode_table(a, b, 20)[1].endswith(" 1.000")
+    (line,) = step_compare.prefill_table(a, b, 20)[1:]
+    assert line.startswith("prefill[tokens=300-999]: n 50/50")
+    assert "g1 7.00/5.00 (+2.00)" in line and "g0-g2 32.00/30.00 (+2.00)" in line

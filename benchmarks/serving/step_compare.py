@@ -1,0 +1,132 @@
+"""Two servers' iterations as served, side by side: where one server's time goes beyond the other's.
+
+From the per-iteration traces (`--iter-trace`, ``iters/<server>/iter-*.jsonl``) of runs of the
+same trace on two servers (say pinned PLAIN on a speculative server, A, and the server without
+a draft, B), two tables:
+
+- ``decode``: the median gap from a decode launch to the next launch (two decode iterations
+  before it, as `served_steps.py` takes them) per batch size, and the ratio A / B;
+- ``around prefill``: for every prefill iteration followed by three decodes, the gaps from the
+  prefill's launch to each of the next four launches, by prompt size, medians and A - B. With
+  overlap scheduling the prefill's GPU time lands in the first decode gaps after it, so a cost
+  a server adds per prefill (host or GPU) shows there and not in the decode table.
+
+    python benchmarks/serving/step_compare.py \\
+        --a traces/iters/specfsm/iter-1739.jsonl:2,6 --b traces/iters/nospec/iter-705.jsonl:4,6
+
+``FILE:SEGMENTS`` names run segments of a trace file (0-based, cut where no iteration launched
+for `--gap-s` seconds; a segment is one run, `served_steps.py`); several ``--a`` / ``--b``
+are pooled. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from served_steps import segments
+
+#: prompt-size buckets of the around-prefill table (tokens, upper bounds)
+BUCKETS = (300, 1000, 2500, 1 << 30)
+Runs = list[list[list[Any]]]
+
+
+def pick(specs: list[str], gap_s: float) -> Runs:
+    """``FILE:SEG,SEG`` -> those run segments (all of the file's without ``:``)."""
+    out: Runs = []
+    for spec in specs:
+        path, _, which = spec.partition(":")
+        segs = segments(Path(path), gap_s)
+        out += [segs[int(i)] for i in which.split(",")] if which else segs
+    return out
+
+
+def decode_gaps(runs: Runs) -> dict[int, list[float]]:
+    """Decode gaps (ms) per exact batch size."""
+    by: dict[int, list[float]] = defaultdict(list)
+    for recs in runs:
+        for i in range(2, len(recs) - 1):
+            if recs[i][1] == recs[i - 1][1] == recs[i - 2][1] == "D":
+                by[int(recs[i][2])].append((recs[i + 1][0] - recs[i][0]) * 1000.0)
+    return by
+
+
+def bucket(tokens: int) -> int:
+    return next(b for b in BUCKETS if tokens < b)
+
+
+def prefill_gaps(runs: Runs) -> dict[int, list[list[float]]]:
+    """Per prompt-size bucket, per prefill: its four gaps (prefill -> D1 -> D2 -> D3 -> next)."""
+    by: dict[int, list[list[float]]] = defaultdict(list)
+    for recs in runs:
+        for i in range(len(recs) - 4):
+            if recs[i][1] == "E" and all(recs[i + k][1] == "D" for k in (1, 2, 3)):
+                gaps = [(recs[i + k + 1][0] - recs[i + k][0]) * 1000.0 for k in range(4)]
+                by[bucket(int(recs[i][3]))].append(gaps)
+    return by
+
+
+def decode_table(a: Runs, b: Runs, min_samples: int) -> list[str]:
+    ga, gb = decode_gaps(a), decode_gaps(b)
+    out = ["# decode: bs, A median ms (steps), B median ms (steps), A / B"]
+    for bs in sorted(set(ga) & set(gb)):
+        if len(ga[bs]) >= min_samples and len(gb[bs]) >= min_samples:
+            ma, mb = statistics.median(ga[bs]), statistics.median(gb[bs])
+            out.append(
+                f"decode[bs={bs}]: {ma:.3f} ({len(ga[bs])}) {mb:.3f} ({len(gb[bs])}) {ma / mb:.3f}"
+            )
+    return out
+
+
+def prefill_table(a: Runs, b: Runs, min_samples: int) -> list[str]:
+    pa, pb = prefill_gaps(a), prefill_gaps(b)
+    out = ["# around prefill: gap k after a prefill's launch, A median, B median, A - B (ms)"]
+    lo = 0
+    for hi in BUCKETS:
+        xa, xb = pa.get(hi, []), pb.get(hi, [])
+        name = f"{lo}-{hi - 1}" if hi < BUCKETS[-1] else f"{lo}+"
+        lo = hi
+        if len(xa) < min_samples or len(xb) < min_samples:
+            continue
+        cells = []
+        for k in range(4):
+            ma = statistics.median(g[k] for g in xa)
+            mb = statistics.median(g[k] for g in xb)
+            cells.append(f"g{k} {ma:.2f}/{mb:.2f} ({ma - mb:+.2f})")
+        sa = statistics.median(sum(g[:3]) for g in xa)
+        sb = statistics.median(sum(g[:3]) for g in xb)
+        out.append(
+            f"prefill[tokens={name}]: n {len(xa)}/{len(xb)}; " + "; ".join(cells)
+            + f"; g0-g2 {sa:.2f}/{sb:.2f} ({sa - sb:+.2f})"
+        )  # fmt: skip
+    return out
+
+
+def totals(runs: Runs) -> str:
+    iters = sum(len(r) for r in runs)
+    pre = sum(1 for r in runs for x in r if x[1] == "E")
+    span = sum(r[-1][0] - r[0][0] for r in runs)
+    return f"{len(runs)} runs, {span:.1f} s, {iters} iterations, {pre} prefills"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", action="append", required=True, help="FILE:SEG,SEG (server A)")
+    ap.add_argument("--b", action="append", required=True, help="FILE:SEG,SEG (server B)")
+    ap.add_argument("--min-samples", type=int, default=20)
+    ap.add_argument("--gap-s", type=float, default=1.5)
+    args = ap.parse_args(argv)
+    a, b = pick(args.a, args.gap_s), pick(args.b, args.gap_s)
+    print(f"# A: {totals(a)}\n# B: {totals(b)}")
+    for line in decode_table(a, b, args.min_samples) + prefill_table(a, b, args.min_samples):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
