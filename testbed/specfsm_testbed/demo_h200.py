@@ -26,6 +26,7 @@ DATA = ("data", "measured", "h200_agree_sweep.csv")
 SERVING = ("data", "measured", "h200_serving.csv")
 PREFILL_RESULTS = "benchmarks/gpu/results/2026-12-02_serving_prefill/"
 ONE_MACHINE_RESULTS = "benchmarks/gpu/results/2026-12-03_serving/"
+MACHINE5_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine5/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -184,24 +185,30 @@ def _rep_cells(ratios: dict[str, list[float]]) -> str:
     return ", ".join(f"{t} " + " ".join(f"{x:.3f}" for x in rs) for t, rs in ratios.items() if rs)
 
 
-def _report_one_machine(run: dict[str, dict[str, list[float]]], out: TextIO) -> None:
-    """Every server on one machine (run 'dec03'): pinned PLAIN against the server without a
-    draft, pinned SPECULATING against the stock EAGLE server, the policies against the better
-    static server, each repetition apart; and what the day trace asked of them."""
+def _report_one_machine(
+    run: dict[str, dict[str, list[float]]], out: TextIO, name: str, where: str
+) -> None:
+    """Every server on one machine (runs 'dec03', 'dec03b'): pinned PLAIN against the server
+    without a draft, pinned SPECULATING against the stock EAGLE server, the policies against
+    the better static server, each repetition apart; and what the day trace asked of them."""
     order = [t for t in ("light", "bursty", "day") if t in run]
     if not order:
         return
-    out.write(f"Every server on one machine (dec03, 2026-12-03, {ONE_MACHINE_RESULTS}),\n")
-    out.write("each repetition's ratio:\n")
+    out.write(
+        f"Every server on one machine ({name}, 2026-12-03,\n{where}), each repetition's ratio:\n"
+    )
     pairs = (
         ("pinned PLAIN vs no-spec", "specfsm_plain", "nospec"),
         ("pinned SPECULATING vs EAGLE", "specfsm_spec", "eagle"),
     )
-    for name, a, b in pairs:
-        out.write(f"  {name}: {_rep_cells({t: _pairs(run[t], a, b) for t in order})}\n")
-    for server, name in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
+    for label, a, b in pairs:
+        cells = _rep_cells({t: _pairs(run[t], a, b) for t in order})
+        if cells:
+            out.write(f"  {label}: {cells}\n")
+    for server, label in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
         cells = _rep_cells({t: rep_ratios(run[t], server) for t in order})
-        out.write(f"  {name} vs best static: {cells}\n")
+        if cells:
+            out.write(f"  {label} vs best static: {cells}\n")
     day = run.get("day", {})
     served = [v[0] for s, v in day.items() if s != "adaptive" and v]
     if served and "adaptive" in day:
@@ -229,7 +236,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "goodput policy prices steps at each iteration's context, the example runs the served\n"
         "thresholds (18/17; 49/42 in 'fixes'), one run each; 'prefill': the policies also\n"
         "decide before prefill forwards, mean of 2 reps each; 'dec03': every server on one\n"
-        "machine, light, bursty and day, 1-2 reps (2026-12-03). EAGLE: the stock server;\n"
+        "machine, light, bursty and day, 1-2 reps (2026-12-03); 'dec03b': one machine again,\n"
+        "with the goodput policy's prefill pressure and a lighter PLAIN step, light and bursty,\n"
+        "2-3 reps (2026-12-03). EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -290,7 +299,8 @@ def report_serving(out: TextIO = sys.stdout) -> None:
             "bursts were prefilled while speculating.\n"
         )
     _report_prefill(reps.get("prefill", {}), out)
-    _report_one_machine(reps.get("dec03", {}), out)
+    _report_one_machine(reps.get("dec03", {}), out, "dec03", ONE_MACHINE_RESULTS)
+    _report_one_machine(reps.get("dec03b", {}), out, "dec03b", MACHINE5_RESULTS)
     out.flush()
 
 

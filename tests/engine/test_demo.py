@@ -110,6 +110,14 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert "goodput vs best static: bursty 0.890, day 0.999" in text
     assert "example vs best static: bursty 0.984, day 0.999" in text
     assert "day: every server but SGLang's adaptive one read 1521-1522 tok/s" in text
+    # one machine again after the prefill pressure and the lighter PLAIN step (machine 5),
+    # its rows after dec03's and its ratios as its serving_summary.txt prints them
+    assert text.index("\ndec03b   light") > text.index("\ndec03    day")
+    assert re.search(r"^dec03b\s+bursty\s+1186\s+1048\s+-\s+-\s+1069\s+1114\s+-$", text, re.M)
+    assert "2026-12-03_machine5/), each repetition's ratio:" in text
+    assert "pinned PLAIN vs no-spec: light 0.989 0.981 0.984\n" in text
+    assert "pinned SPECULATING vs EAGLE: bursty 1.019 1.020\n" in text
+    assert "goodput vs best static: light 1.015 1.041, bursty 0.901 0.993\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
