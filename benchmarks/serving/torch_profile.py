@@ -18,6 +18,11 @@ itself after them and writes ``<label>-<id>-TP-<rank>.trace.json.gz`` into the d
   every stream) in it, ``idle`` = period - busy, ``cpu`` the host time between the iterations'
   starts, ``launch_lead`` its first graph kernel's start - the launch call (small: the GPU
   waited for the host). ``window``: span / busy / idle of the whole trace per step.
+- prefills: each prefill (``EXTEND``) iteration followed by a decode one, taken with that
+  decode (with overlap scheduling the decode after a prefill waits for its result): ``cpu``
+  the host time from the prefill's start to the next decode's end (median), ``gpu_us`` the
+  time of their GPU ops (sum, mean), ops per kind; ``prefill_kernels`` the ops by name per
+  prefill, so two servers' per-prefill work can be told apart op by op.
 
 The profiler's own launch overhead lengthens host gaps: idle under it is an upper bound.
 Standard library only.
@@ -258,6 +263,27 @@ def report(trace_dir: Path) -> dict[str, Any]:
     decode = _stats({"period": period, "busy": busy, "idle": idle, "cpu": cpu})
     decode |= {"median": round(statistics.median(period), 3) if period else None}
     decode |= {"launch_lead": round(statistics.median(leads), 3) if leads else None}
+    pre = {k for k in range(n - 2) if "EXTEND" in mode[k].split("+") and mode[k + 1] == dm}
+    p_kinds: dict[str, float] = defaultdict(float)
+    p_table: dict[str, list[float]] = {}
+    p_gpu: dict[int, float] = defaultdict(float)
+    for o, k, _g in of:
+        j = k if k in pre else k - 1 if k - 1 in pre else None
+        if j is None:
+            continue
+        p_gpu[j] += o.end - o.ts
+        p_kinds[f"{o.kind}_n"] += 1
+        p_kinds[f"{o.kind}_us"] += o.end - o.ts
+        row = p_table.setdefault(o.name, [0.0, 0.0])
+        row[0] += 1
+        row[1] += o.end - o.ts
+    pdiv = len(pre) or 1
+    prefill: dict[str, float] = {"n": len(pre)}
+    if pre:
+        prefill["cpu"] = statistics.median(starts[k + 2] - starts[k] for k in pre)
+        prefill["gpu_us"] = sum(p_gpu.values()) / pdiv
+        prefill |= {k: round(v / pdiv, 3) for k, v in sorted(p_kinds.items())}
+    p_by = sorted(p_table.items(), key=lambda kv: -kv[1][1])
     sset, div = set(steady), len(steady) or max(1, steps)
     table: dict[str, list[float]] = {}
     kinds: dict[str, float] = defaultdict(float)
@@ -281,6 +307,8 @@ def report(trace_dir: Path) -> dict[str, Any]:
     out |= {"window_us": round(span, 3), "window": {k: round(v, 3) for k, v in win.items()}}
     out |= {"decode": {"n": len(steady), **decode}, "ops_basis": basis}
     out |= {"ops": {k: round(v / div, 3) for k, v in sorted(kinds.items())}}
+    out |= {"prefill": {k: round(v, 3) for k, v in prefill.items()}}
+    out |= {"prefill_kernels": {nm: [round(x / pdiv, 3) for x in r] for nm, r in p_by}}
     return out | {"kernels": {name: [round(x / div, 3) for x in r] for name, r in by_time}}
 
 
@@ -309,6 +337,9 @@ def lines(label: str, rep: dict[str, Any], top: int = 8) -> list[str]:
         vals = " ".join(f"{k}={_f(v) if k != 'n' else v}" for k, v in rep[group].items())
         out.append(f"serve_torch_profile_{group}[{label}]: {vals}")
     out[-1] += f" ({rep['ops_basis']})"
+    if rep.get("prefill", {}).get("n"):
+        vals = " ".join(f"{k}={_f(v) if k != 'n' else v}" for k, v in rep["prefill"].items())
+        out.append(f"serve_torch_profile_prefill[{label}]: {vals} (per prefill + next decode)")
     for name, r in list(rep["kernels"].items())[:top]:
         out.append(f"#   {r[1] + r[3]:8.1f} us {r[0] + r[2]:6.2f}x {_where(r):5s} {name}")
     return out
@@ -322,8 +353,10 @@ def diff_lines(
     names whose time per step differs most, with their counts per step and placement."""
     tag = f"{a_label}-{b_label}"
     out = [f"serve_torch_profile_diff[{tag}]: steps {a['steps']} vs {b['steps']}"]
-    for group in ("decode", "window", "ops"):
-        ga, gb = a[group], b[group]
+    for group in ("decode", "window", "ops", "prefill"):
+        ga, gb = a.get(group, {}), b.get(group, {})
+        if group == "prefill" and not (ga.get("n") or gb.get("n")):
+            continue
         vals = [f"{k} {_vs(ga.get(k), gb.get(k))}" for k in {**ga, **gb} if k != "n"]
         out.append(f"serve_torch_profile_diff_{group}[{tag}]: " + "; ".join(vals))
     zero = [0.0, 0.0, 0.0, 0.0]
@@ -340,6 +373,17 @@ def diff_lines(
             f"#   {gap(name):+8.1f} us ({ra[1] + ra[3]:.1f} vs {rb[1] + rb[3]:.1f}; n "
             f"{ra[0] + ra[2]:.2f} vs {rb[0] + rb[2]:.2f}; {wa}/{wb}) {name}"
         )
+    pa, pb = a.get("prefill_kernels", {}), b.get("prefill_kernels", {})
+    if pa and pb:
+        out.append(f"# per prefill + next decode, {a_label} - {b_label}, top {top} by time:")
+        z2 = [0.0, 0.0]
+        by = sorted({**pa, **pb}, key=lambda k: -abs(pa.get(k, z2)[1] - pb.get(k, z2)[1]))
+        for name in by[:top]:
+            ra, rb = pa.get(name, z2), pb.get(name, z2)
+            out.append(
+                f"#   {ra[1] - rb[1]:+8.1f} us ({ra[1]:.1f} vs {rb[1]:.1f}; n {ra[0]:.2f} vs "
+                f"{rb[0]:.2f}) {name}"
+            )
     return out
 
 

@@ -149,6 +149,39 @@ def test_diff_lines_name_the_extra_kernel(tmp_path: Path) -> None:
     assert len(out) == 6
 
 
+def prefill_then_decodes(store_us: float) -> list[dict[str, Any]]:
+    """Two decodes, an EXTEND at CPU time 2000 (a 2000 us prefill kernel and, with
+    `store_us`, one more kernel: a store's copy), then three decodes."""
+    ev = [e for k in (0, 1) for e in decode_iter(k)]
+    ev += [
+        x("user_annotation", "scheduler.run_batch", 2000, 300),
+        x("user_annotation", "step[EXTEND bs=1 toks=100]", 2010, 200),
+        x("cuda_runtime", "cudaLaunchKernel", 2020, 4, correlation=700),
+        x("kernel", "prefill_gemm", 2030, 2000, correlation=700, stream=7),
+    ]
+    if store_us:
+        ev.append(x("cuda_runtime", "cudaLaunchKernel", 2040, 4, correlation=701))
+        ev.append(x("kernel", "store_clone", 4040, store_us, correlation=701, stream=7))
+    for k in (3, 4, 5):  # the decodes after it
+        ev += decode_iter(k)
+    return ev
+
+
+def test_prefill_and_the_decode_after_it_are_one_unit(tmp_path: Path) -> None:
+    write(tmp_path / "a", prefill_then_decodes(300.0), False)
+    write(tmp_path / "b", prefill_then_decodes(0.0), False)
+    a, b = torch_profile.report(tmp_path / "a"), torch_profile.report(tmp_path / "b")
+    # one prefill: its ops (2000 + 300) and the next decode's (700 + 50 + 10)
+    assert a["prefill"]["n"] == 1 and a["prefill"]["gpu_us"] == 3060.0
+    assert b["prefill"]["gpu_us"] == 2760.0 and a["prefill"]["cpu"] == 4000.0 - 2000.0
+    assert a["prefill_kernels"]["store_clone"] == [1.0, 300.0]
+    assert any("serve_torch_profile_prefill[p]: n=1" in ln for ln in torch_profile.lines("p", a))
+    out = torch_profile.diff_lines("specfsm_plain", a, "nospec", b, top=2)
+    assert any("gpu_us 3060.0 vs 2760.0 (+300.0)" in ln for ln in out)
+    i = out.index("# per prefill + next decode, specfsm_plain - nospec, top 2 by time:")
+    assert out[i + 1].split()[1] == "+300.0" and out[i + 1].endswith("store_clone")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
