@@ -153,7 +153,7 @@ def run_server(
                         trace,
                         srv.url,
                         label,
-                        rep,
+                        args.rep_base + rep,
                         out,
                         log,
                         it_dir if args.iter_trace else None,
@@ -255,7 +255,7 @@ def run_url(args: argparse.Namespace, tr: dict[str, traces.Trace], out: Path, lo
         for trace in tr.values():
             if not flush_cache(args.url):
                 say(f"{args.url}: /flush_cache refused for 60 s; the run starts warm")
-            play_run(args, trace, args.url, args.label, rep, out, log)
+            play_run(args, trace, args.url, args.label, args.rep_base + rep, out, log)
             mirror(args, out)
 
 
@@ -382,6 +382,15 @@ def main() -> int:
                     if line not in have:
                         log.write(line + "\n")
     if not args.summary_only:
+        # a second driver into the same folder numbers its repetitions after the first's: the
+        # summary pairs runs by repetition and the request records are named by it, so reusing
+        # rep 0 would hide (and overwrite) the first driver's rep-0 runs
+        args.rep_base = summary.next_rep(out / "runs.jsonl")
+        if args.rep_base:
+            say(
+                f"{out / 'runs.jsonl'} has repetitions 0-{args.rep_base - 1}: numbering from "
+                f"{args.rep_base}"
+            )
         bed = Bed(args.bed, out)
         with open(out / "runs.jsonl", "a") as log:
             log.write(

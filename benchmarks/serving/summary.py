@@ -176,6 +176,14 @@ def _load(
     return heads, runs, servers
 
 
+def next_rep(path: Path) -> int:
+    """The first repetition number no run of ``path`` (a runs.jsonl) uses: 0 for a new one."""
+    if not path.exists():
+        return 0
+    _, runs, _ = _load(path)
+    return 1 + max((int(r["rep"]) for r in runs), default=-1)
+
+
 def save_requests(rdir: Path, recs: list[dict[str, Any]]) -> None:
     """The run's requests as one gzipped JSON-lines file beside ``rdir`` (token bins dropped:
     the run's metrics already hold what they counted), ``rdir`` removed."""
@@ -354,11 +362,12 @@ def summarize(
                     )
                 )
         ref_lab = "nospec" if "nospec" in tok else (next(iter(tok)) if tok else None)
-        if ref_lab is not None:
-            ref = _requests(out, ref_lab, t, 0)
+        if ref_lab is not None and by.get((ref_lab, t)):
+            ref_rep = min(int(r["rep"]) for r in by[(ref_lab, t)])  # its first measured run
+            ref = _requests(out, ref_lab, t, ref_rep)
             for lab in tok:
                 for r in by[(lab, t)]:
-                    if (lab, r["rep"]) == (ref_lab, 0):
+                    if (lab, r["rep"]) == (ref_lab, ref_rep):
                         continue
                     c, m = greedy_mismatches(_requests(out, lab, t, r["rep"]), ref)
                     compared += c

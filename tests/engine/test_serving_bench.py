@@ -83,3 +83,25 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
     # specfsm's transition log shows the variants took effect: PLAIN was entered
     log = (out / "specfsm" / "transitions-rank0.jsonl").read_text()
     assert '"dst":"PLAIN"' in log.replace(" ", ""), log[-2000:]
+    # a second driver into the same folder numbers its runs after the first's: nothing of the
+    # first is hidden or overwritten, and the summary shows both
+    again = subprocess.run(
+        [sys.executable, str(SCRIPT), "--bed", "cpu", "--quick", "--traces", "light",
+         "--servers", "nospec", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "has repetitions 0-0: numbering from 1" in again.stdout
+    reps = [
+        r["rep"]
+        for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())
+        if r.get("server") == "nospec" and "trace" in r
+    ]
+    assert reps == [0, 1], reps
+    assert {p.name for p in (out / "requests").glob("nospec_light_rep*")} == {
+        "nospec_light_rep0.jsonl.gz",
+        "nospec_light_rep1.jsonl.gz",
+    }
+    lines = (out / "serving_summary.txt").read_text().splitlines()
+    assert _value(lines, "serve_tok_s[light][nospec]").count(",") == 1  # "(reps a, b; ...)"
+    assert _value(lines, "serve_greedy_mismatches") == "0", lines

@@ -251,3 +251,23 @@ def test_step_compare_puts_a_per_prefill_cost_after_the_prefill(tmp_path: Path) 
     (line,) = step_compare.prefill_table(a, b, 20)[1:]
     assert line.startswith("prefill[tokens=300-999]: n 50/50")
     assert "g1 7.00/5.00 (+2.00)" in line and "g0-g2 32.00/30.00 (+2.00)" in line
+
+
+def test_next_rep_numbers_a_second_driver_after_the_first(tmp_path: Path) -> None:
+    """A driver into a folder that holds runs numbers its repetitions after theirs (the
+    summary pairs runs by repetition, and request records are named by it)."""
+    import json
+
+    path = tmp_path / "runs.jsonl"
+    assert summary.next_rep(path) == 0
+    recs = [
+        {"started": "2026-12-03 14:00:00 UTC", "argv": []},
+        {"server": "nospec", "start_s": 1.0, "kv_tokens": 10},
+        {"server": "nospec", "trace": "light", "rep": 0, "tok_s": 1.0},
+        {"server": "nospec", "trace": "light", "rep": 1, "tok_s": 1.0},
+        {"server": "nospec", "stopped": True},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs[:2]))
+    assert summary.next_rep(path) == 0  # a header and a server record: no run yet
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert summary.next_rep(path) == 2
