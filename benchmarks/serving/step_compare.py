@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from served_steps import segments
+from served_steps import segments, served_steps
 
 #: prompt-size buckets of the around-prefill table (tokens, upper bounds)
 BUCKETS = (300, 1000, 2500, 1 << 30)
@@ -47,12 +47,11 @@ def pick(specs: list[str], gap_s: float) -> Runs:
 
 
 def decode_gaps(runs: Runs) -> dict[int, list[float]]:
-    """Decode gaps (ms) per exact batch size."""
+    """Decode gaps (ms) per exact batch size: `served_steps.py`'s clean steps, not pooled."""
     by: dict[int, list[float]] = defaultdict(list)
-    for recs in runs:
-        for i in range(2, len(recs) - 1):
-            if recs[i][1] == recs[i - 1][1] == recs[i - 2][1] == "D":
-                by[int(recs[i][2])].append((recs[i + 1][0] - recs[i][0]) * 1000.0)
+    for steps in served_steps(runs).values():
+        for bs, ms in steps:
+            by[bs].append(ms)
     return by
 
 

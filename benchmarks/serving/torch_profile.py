@@ -266,12 +266,9 @@ def report(trace_dir: Path) -> dict[str, Any]:
     pre = {k for k in range(n - 2) if "EXTEND" in mode[k].split("+") and mode[k + 1] == dm}
     p_kinds: dict[str, float] = defaultdict(float)
     p_table: dict[str, list[float]] = {}
-    p_gpu: dict[int, float] = defaultdict(float)
     for o, k, _g in of:
-        j = k if k in pre else k - 1 if k - 1 in pre else None
-        if j is None:
+        if k not in pre and k - 1 not in pre:
             continue
-        p_gpu[j] += o.end - o.ts
         p_kinds[f"{o.kind}_n"] += 1
         p_kinds[f"{o.kind}_us"] += o.end - o.ts
         row = p_table.setdefault(o.name, [0.0, 0.0])
@@ -281,7 +278,7 @@ def report(trace_dir: Path) -> dict[str, Any]:
     prefill: dict[str, float] = {"n": len(pre)}
     if pre:
         prefill["cpu"] = statistics.median(starts[k + 2] - starts[k] for k in pre)
-        prefill["gpu_us"] = sum(p_gpu.values()) / pdiv
+        prefill["gpu_us"] = sum(v for k, v in p_kinds.items() if k.endswith("_us")) / pdiv
         prefill |= {k: round(v / pdiv, 3) for k, v in sorted(p_kinds.items())}
     p_by = sorted(p_table.items(), key=lambda kv: -kv[1][1])
     sset, div = set(steady), len(steady) or max(1, steps)
@@ -333,13 +330,12 @@ def lines(label: str, rep: dict[str, Any], top: int = 8) -> list[str]:
         f"serve_torch_profile[{label}]: steps={rep['steps']} ({rep['step_mode']}; {rep['rule']}) "
         f"iterations={rep['iterations']} modes={modes} graph_launches={rep['graph_launches']}"
     ]
-    for group in ("decode", "window", "ops"):
+    notes = {"ops": f" ({rep['ops_basis']})", "prefill": " (per prefill + next decode)"}
+    for group in ("decode", "window", "ops", "prefill"):
+        if group == "prefill" and not rep.get("prefill", {}).get("n"):
+            continue
         vals = " ".join(f"{k}={_f(v) if k != 'n' else v}" for k, v in rep[group].items())
-        out.append(f"serve_torch_profile_{group}[{label}]: {vals}")
-    out[-1] += f" ({rep['ops_basis']})"
-    if rep.get("prefill", {}).get("n"):
-        vals = " ".join(f"{k}={_f(v) if k != 'n' else v}" for k, v in rep["prefill"].items())
-        out.append(f"serve_torch_profile_prefill[{label}]: {vals} (per prefill + next decode)")
+        out.append(f"serve_torch_profile_{group}[{label}]: {vals}{notes.get(group, '')}")
     for name, r in list(rep["kernels"].items())[:top]:
         out.append(f"#   {r[1] + r[3]:8.1f} us {r[0] + r[2]:6.2f}x {_where(r):5s} {name}")
     return out
