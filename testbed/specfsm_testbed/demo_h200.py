@@ -27,6 +27,7 @@ SERVING = ("data", "measured", "h200_serving.csv")
 PREFILL_RESULTS = "benchmarks/gpu/results/2026-12-02_serving_prefill/"
 ONE_MACHINE_RESULTS = "benchmarks/gpu/results/2026-12-03_serving/"
 MACHINE5_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine5/"
+MACHINE6_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine6/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -188,9 +189,10 @@ def _rep_cells(ratios: dict[str, list[float]]) -> str:
 def _report_one_machine(
     run: dict[str, dict[str, list[float]]], out: TextIO, name: str, where: str
 ) -> None:
-    """Every server on one machine (runs 'dec03', 'dec03b'): pinned PLAIN against the server
-    without a draft, pinned SPECULATING against the stock EAGLE server, the policies against
-    the better static server, each repetition apart; and what the day trace asked of them."""
+    """Every server on one machine (runs 'dec03', 'dec03b', 'dec03c'): pinned PLAIN against the
+    server without a draft, pinned SPECULATING against the stock EAGLE server, the policies
+    against the better static server, each repetition apart; and what the day trace asked of
+    them."""
     order = [t for t in ("light", "bursty", "day") if t in run]
     if not order:
         return
@@ -238,7 +240,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "decide before prefill forwards, mean of 2 reps each; 'dec03': every server on one\n"
         "machine, light, bursty and day, 1-2 reps (2026-12-03); 'dec03b': one machine again,\n"
         "with the goodput policy's prefill pressure and a lighter PLAIN step, light and bursty,\n"
-        "2-3 reps (2026-12-03). EAGLE: the stock server;\n"
+        "2-3 reps (2026-12-03); 'dec03c': one machine again, a deferred prefill publishing its\n"
+        "lengths first and prefills counting toward the goodput policy's dwell, 2-3 reps\n"
+        "(2026-12-03). EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -301,6 +305,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_prefill(reps.get("prefill", {}), out)
     _report_one_machine(reps.get("dec03", {}), out, "dec03", ONE_MACHINE_RESULTS)
     _report_one_machine(reps.get("dec03b", {}), out, "dec03b", MACHINE5_RESULTS)
+    _report_one_machine(reps.get("dec03c", {}), out, "dec03c", MACHINE6_RESULTS)
     out.flush()
 
 

@@ -118,6 +118,13 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert "pinned PLAIN vs no-spec: light 0.989 0.981 0.984\n" in text
     assert "pinned SPECULATING vs EAGLE: bursty 1.019 1.020\n" in text
     assert "goodput vs best static: light 1.015 1.041, bursty 0.901 0.993\n" in text
+    # machine 6: the publish-first deferred prefill and the prefill dwell credit, its ratios as
+    # its serving_summary.txt prints them
+    assert text.index("\ndec03c   light") > text.index("\ndec03b   bursty")
+    assert re.search(r"^dec03c\s+bursty\s+1252\s+1069\s+-\s+-\s+-\s+1242\s+-$", text, re.M)
+    assert "2026-12-03_machine6/), each repetition's ratio:" in text
+    assert "pinned PLAIN vs no-spec: light 0.984 0.995 1.011\n" in text
+    assert "goodput vs best static: light 1.064 1.029, bursty 0.995 0.998\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
