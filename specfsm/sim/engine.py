@@ -69,6 +69,12 @@ __all__ = ["LENGTH_BLOCK", "RunResult", "run"]
 
 
 # ------------------------------------------------------------------------------ the engine
+#: an open loop's rate is taken as constant over steps of this many simulated seconds
+RATE_STEP_S = 0.05
+#: past this many steps (a near-zero rate with no end) the rest of the gap is drawn at once
+MAX_RATE_STEPS = 1_000_000
+
+
 class _Arrivals:
     """Who joins in an iteration: closed loop (top up to the target concurrency c(t)) or open
     loop (Poisson arrivals at rate r(t) wait in a queue)."""
@@ -87,8 +93,7 @@ class _Arrivals:
             return [t] * max(0, min(round(level) - n_alive, cap - n_alive))
         while self.next_arrival <= t:
             self.queue.append(self.next_arrival)
-            rate = max(self.load.level(self.next_arrival), 1e-9)
-            self.next_arrival += float(self.rng.exponential(1.0 / rate))
+            self.next_arrival = self._after(self.next_arrival)
         n_new = min(len(self.queue) - self.qhead, cap - n_alive)
         arrivals = self.queue[self.qhead : self.qhead + n_new]
         self.qhead += n_new
@@ -96,6 +101,24 @@ class _Arrivals:
             del self.queue[: self.qhead]
             self.qhead = 0
         return arrivals
+
+    def _after(self, t0: float) -> float:
+        """The next arrival after one at `t0`: a unit exponential spent against the rate
+        r(t) integrated from `t0`, r held over steps of `RATE_STEP_S`. Drawing the gap at
+        r(t0) alone would carry a quiet phase's long gap into a burst, which then starts
+        late (by 2.9 s in one seed of a 2 -> 40 req/s step)."""
+        e = float(self.rng.exponential(1.0))
+        t = t0
+        horizon = self.load.duration_s
+        for _ in range(MAX_RATE_STEPS):
+            if horizon is not None and t >= horizon:
+                return math.inf
+            rate = max(self.load.level(t), 1e-9)
+            if e <= rate * RATE_STEP_S:
+                return t + e / rate
+            e -= rate * RATE_STEP_S
+            t += RATE_STEP_S
+        return t + e / max(self.load.level(t), 1e-9)
 
     def idle_until(self, t: float, end_t: float) -> float:
         """Nothing runs at `t`: the time to jump to (the next arrival, open loop)."""

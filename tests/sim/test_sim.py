@@ -410,3 +410,24 @@ def test_request_lengths_do_not_depend_on_admission_batching(cost: CostModel) ->
     ob = [b.lengths(i, 1)[1] for i in range(10)]
     assert (pa == b.lengths(0, 5003)[0]).all()
     assert [int(x[0]) for x in ob] == [int(x) for x in a.lengths(0, 10)[1]]
+
+
+def test_open_loop_burst_starts_on_time() -> None:
+    """A Poisson load stepping from 2 to 40 req/s at 7 s: the first arrival after the step
+    comes at the burst's rate (mean 1/40 s), not after a gap drawn at the quiet rate, and the
+    burst brings its 40 req/s."""
+    import numpy as np
+
+    from specfsm.sim.engine import _Arrivals
+    from specfsm.sim.traces import Load
+
+    load = Load("step", "poisson", lambda t: 2.0 if t < 7.0 else 40.0, 14.0)
+    delays, counts = [], []
+    for seed in range(200):
+        arr = _Arrivals(load, np.random.default_rng(seed))
+        times = arr.take(14.0, 0, 10_000)
+        after = [x for x in times if x >= 7.0]
+        delays.append(after[0] - 7.0)
+        counts.append(len(after))
+    assert float(np.mean(delays)) < 0.05  # drawn at 2 req/s the mean delay is ~0.5 s
+    assert 38.0 < float(np.mean(counts)) / 7.0 < 42.0
