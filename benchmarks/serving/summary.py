@@ -232,6 +232,35 @@ def _ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) 
     return f"{name}: n/a"
 
 
+def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
+    """Tokens of the finished requests over the time to the last one's end, and the goal
+    ratios on it (info: the window's figure is the goal's). It counts every token whenever it
+    comes, so it does not split a burst's backlog at the window's edge, where a fraction of a
+    second moves hundreds of tokens per second between phases."""
+    got = {
+        lab: {r["rep"]: r["finished_tok_per_s_to_last"] for r in rs}
+        for (lab, tt), rs in by.items()
+        if tt == t and all(r.get("finished_tok_per_s_to_last") for r in rs)
+    }
+    lines = [
+        f"serve_drained_tok_s[{t}][{lab}]: {fmt_reps(list(xs.values()), 1)}"
+        for lab, xs in got.items()
+    ]
+    pairs = {f"{k}_drained": (a, b) for k, (a, b, _) in GOALS.items()}
+    statics = [s for s in STATIC if s in got]
+    if statics:
+        reps = set.intersection(*(set(got[s]) for s in statics))
+        got["best_static"] = {i: max(got[s][i] for s in statics) for i in reps}
+        pairs["serve_specfsm_vs_best_static_drained"] = ("specfsm_goodput", "best_static")
+        pairs["serve_specfsm_example_vs_best_static_drained"] = ("specfsm_example", "best_static")
+    lines += [
+        _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
+        for name, (a, b) in pairs.items()
+        if a in got and b in got
+    ]
+    return lines
+
+
 def summarize(
     runs_path: Path,
     traces: dict[str, Trace],
@@ -263,7 +292,8 @@ def summarize(
     lines += [
         "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
         "ratios are per repetition (the repetitions both servers share), then mean and spread; "
-        "two servers that share none: the ratio of their means, said so",
+        "two servers that share none: the ratio of their means, said so; drained tok/s = "
+        "finished requests' tokens / seconds to the last one's end",
     ]
     lines += [f"# excluded: {s}:{t}:rep{r}: {why}" for (s, t, r), why in exclude.items()]
     measured = [s for s in STATIC if any(r["server"] == s for r in runs)]
@@ -348,6 +378,7 @@ def summarize(
                         f"serve_specfsm{tag}_vs_phase_oracle[{t}]", tok[lab], oracle, ">= 0.97"
                     )
                 )
+        lines += _drained_lines(t, by)
         if "adaptive" in tok:
             lines.append(
                 f"serve_sglang_adaptive[{t}]: {fmt_reps(list(tok['adaptive'].values()), 1)}"

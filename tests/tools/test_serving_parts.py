@@ -271,3 +271,47 @@ def test_next_rep_numbers_a_second_driver_after_the_first(tmp_path: Path) -> Non
     assert summary.next_rep(path) == 0  # a header and a server record: no run yet
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert summary.next_rep(path) == 2
+
+
+def test_drained_figures_count_every_token_to_the_last_request(tmp_path: Path) -> None:
+    """Beside the window's figure, each server's finished tokens over the time to its last
+    request's end, and the goal ratios on it, marked as information; a run without the figure
+    (one read back from a driver log) leaves its server out."""
+    import json
+
+    recs: list[dict[str, object]] = []
+    for lab, drained in (("nospec", 200.0), ("eagle", 150.0), ("specfsm_goodput", 198.0)):
+        recs.append({"server": lab.split("_")[0], "start_s": 1.0, "kv_tokens": 100})
+        phases = [{"phase": p, "tok_s": 1.0} for p in ("c16", "c256", "c64", "c256")]
+        recs.append(
+            {
+                "server": lab,
+                "trace": "heavy",
+                "rep": 0,
+                "tok_s": 1.0,
+                "lost": 0,
+                "phases": phases,
+                "finished_tok_per_s_to_last": drained,
+            }
+        )
+    recs.append(
+        {
+            "server": "specfsm_plain",
+            "trace": "heavy",
+            "rep": 0,
+            "tok_s": 1.0,
+            "lost": 0,
+            "phases": recs[-1]["phases"],
+        }
+    )
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = summary.summarize(
+        tmp_path / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
+    )
+    assert "serve_drained_tok_s[heavy][nospec]: 200.0 (reps 200.0; spread 0.0%)" in lines
+    assert not any(x.startswith("serve_drained_tok_s[heavy][specfsm_plain]") for x in lines)
+    assert (
+        "serve_specfsm_vs_best_static_drained[heavy]: 0.990 (reps 0.990; spread 0.0%)"
+        " (goal none: info)"
+    ) in lines
+    assert not any(x.startswith("serve_plain_vs_nospec_server_drained") for x in lines)
