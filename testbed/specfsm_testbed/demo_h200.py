@@ -28,6 +28,7 @@ PREFILL_RESULTS = "benchmarks/gpu/results/2026-12-02_serving_prefill/"
 ONE_MACHINE_RESULTS = "benchmarks/gpu/results/2026-12-03_serving/"
 MACHINE5_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine5/"
 MACHINE6_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine6/"
+MACHINE7_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine7/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -187,18 +188,20 @@ def _rep_cells(ratios: dict[str, list[float]]) -> str:
 
 
 def _report_one_machine(
-    run: dict[str, dict[str, list[float]]], out: TextIO, name: str, where: str
+    run: dict[str, dict[str, list[float]]],
+    out: TextIO,
+    name: str,
+    where: str,
+    date: str = "2026-12-03",
 ) -> None:
-    """Every server on one machine (runs 'dec03', 'dec03b', 'dec03c'): pinned PLAIN against the
+    """Every server on one machine (runs 'dec03' to 'dec04'): pinned PLAIN against the
     server without a draft, pinned SPECULATING against the stock EAGLE server, the policies
     against the better static server, each repetition apart; and what the day trace asked of
     them."""
-    order = [t for t in ("light", "bursty", "day") if t in run]
+    order = [t for t in ("light", "heavy", "bursty", "day") if t in run]
     if not order:
         return
-    out.write(
-        f"Every server on one machine ({name}, 2026-12-03,\n{where}), each repetition's ratio:\n"
-    )
+    out.write(f"Every server on one machine ({name}, {date},\n{where}), each repetition's ratio:\n")
     pairs = (
         ("pinned PLAIN vs no-spec", "specfsm_plain", "nospec"),
         ("pinned SPECULATING vs EAGLE", "specfsm_spec", "eagle"),
@@ -242,7 +245,8 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "with the goodput policy's prefill pressure and a lighter PLAIN step, light and bursty,\n"
         "2-3 reps (2026-12-03); 'dec03c': one machine again, a deferred prefill publishing its\n"
         "lengths first and prefills counting toward the goodput policy's dwell, 2-3 reps\n"
-        "(2026-12-03). EAGLE: the stock server;\n"
+        "(2026-12-03); 'dec04': one machine, the runtime of dec03c, heavy and bursty, 1-2 reps\n"
+        "(2026-12-04). EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -306,6 +310,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_one_machine(reps.get("dec03", {}), out, "dec03", ONE_MACHINE_RESULTS)
     _report_one_machine(reps.get("dec03b", {}), out, "dec03b", MACHINE5_RESULTS)
     _report_one_machine(reps.get("dec03c", {}), out, "dec03c", MACHINE6_RESULTS)
+    _report_one_machine(reps.get("dec04", {}), out, "dec04", MACHINE7_RESULTS, "2026-12-04")
     out.flush()
 
 

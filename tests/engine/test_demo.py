@@ -125,6 +125,17 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert "2026-12-03_machine6/), each repetition's ratio:" in text
     assert "pinned PLAIN vs no-spec: light 0.984 0.995 1.011\n" in text
     assert "goodput vs best static: light 1.064 1.029, bursty 0.995 0.998\n" in text
+    # machine 7: heavy and bursty with machine 6's runtime, SGLang's adaptive server beside
+    assert text.index("\ndec04    heavy") > text.index("\ndec03c   bursty")
+    assert re.search(
+        r"^dec04\s+heavy\s+2024\s+1811\s+1660\s+2114\s+1820\s+2084\s+2088$", text, re.M
+    )
+    assert (
+        "(dec04, 2026-12-04,\nbenchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine7/)"
+        in text
+    )
+    assert "pinned SPECULATING vs EAGLE: heavy 0.991 1.019\n" in text
+    assert "goodput vs best static: heavy 1.081 0.982, bursty 1.020 0.869\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
