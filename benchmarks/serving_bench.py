@@ -58,6 +58,9 @@ GPU_GOODPUT = {
     # the target's prefill per prompt token, measured 22.9-23.7 us on the H200
     # (serve_prefill_gpu, benchmarks/gpu/results/2026-12-03_serving): the prefill pressure
     "prefill_ms_per_token": 0.023,
+    # prices within a few percent swapped the mode every 0.3-1.4 s at 16 requests on heavy
+    # (2026-12-04_serving): a quick reversal doubles the margin (docs/policies.md "Reversals")
+    "reversal_window": 256,
 }
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 MIRRORED = ("requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync", "torch_profile")

@@ -12,6 +12,12 @@ bound. Each change of that state is one named method, called by the rule that de
 * `exploring`: the current shape was chosen before it was ever measured (leaving it needs
   one iteration of agreement, no standard-error term).
 * `probe_plain`: PLAIN was entered while PLAIN was never measured.
+* reversals: `reversals` load switches came each within `reversal_window` iterations of the
+  one before (`load_switched`), and each doubles the margin the next needs (`margin`), up to
+  `max_margin`; every `reversal_window` iterations without a switch takes one back. Prices
+  that sit near each other and swing with the prefill share would otherwise switch the mode
+  every few dozen iterations, paying a drain and a catch-up each time for a gain inside the
+  noise; a clear win (a burst, a load step) still clears the doubled margin at once.
 * re-probes from PLAIN: `reprobe_n` since PLAIN was entered by a decision (not a failed
   re-probe), `reprobe_at` the iteration from which the next may fire, `reprobing` while one
   runs, `reprobe_shape` the shape it went for (until the machine runs it) and `reprobe_end`
@@ -42,6 +48,8 @@ class Ledger(Hysteresis):
         self.reprobing = False
         self.reprobe_shape: DraftShape | None = None
         self.reprobe_end = -1
+        self.reversals = 0
+        self._switched_at = -(10**9)  # iteration of the last load switch
 
     @property
     def since(self) -> int:
@@ -79,6 +87,27 @@ class Ledger(Hysteresis):
             self._streak = 0
             return TOWARD[(mode, Mode.SPECULATING if plain else Mode.PLAIN)]
         return self._confirm(past, mode, iteration)
+
+    def _reversals_now(self, iteration: int, window: int) -> int:
+        if window <= 0:
+            return 0
+        return max(0, self.reversals - (iteration - self._switched_at) // window)
+
+    def margin(self, base: float, cap: float, iteration: int, window: int) -> float:
+        """The margin a load switch needs at `iteration`: `base` doubled per reversal still
+        counted, at most `cap` (`base` with the window 0)."""
+        n = self._reversals_now(iteration, window)
+        return min(cap, base * (1 << n)) if n else base
+
+    def load_switched(self, iteration: int, window: int, limit: int) -> None:
+        """A load switch (LOAD_HIGH / LOAD_LOW) decided at `iteration`: a reversal when it
+        came within `window` iterations of the one before; at most `limit` are counted (the
+        doublings that reach the margin's cap)."""
+        n = self._reversals_now(iteration, window)
+        if window > 0 and iteration - self._switched_at < window:
+            n = min(n + 1, limit)
+        self.reversals = n
+        self._switched_at = iteration
 
     # ------------------------------------------------------------------ named transitions
     def speculating_chosen(self, shape: DraftShape, never_measured: bool, reprobe: bool) -> None:

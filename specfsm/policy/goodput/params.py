@@ -76,6 +76,10 @@ class GoodputParams:
     prefill_extra: float = 0.1
     #: weight of one observation in the prefill and decode time averages
     prefill_ema: float = 0.05
+    #: a load switch within this many iterations of the one before doubles the margin the
+    #: next needs (up to `max_margin`); each such stretch without one halves it back (0: off)
+    reversal_window: int = 0
+    max_margin: float = 0.16
 
     def __attrs_post_init__(self) -> None:
         if self.accept_len < 1.0:
@@ -113,6 +117,11 @@ class GoodputParams:
             )
         if not 0.0 < self.prefill_ema <= 1.0:
             raise ValueError(f"GoodputPolicy: prefill_ema must be in (0, 1]: {self.prefill_ema}")
+        if self.reversal_window < 0 or self.max_margin < self.margin:
+            raise ValueError(
+                "GoodputPolicy: need reversal_window >= 0 and max_margin >= margin: "
+                f"{self.reversal_window}, {self.max_margin}"
+            )
         if self.relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {self.relax_half_life}")
         if not 0.0 < self.cal_ema <= 1.0 or not 0.0 < self.depth_ema <= 1.0:

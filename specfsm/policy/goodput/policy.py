@@ -19,10 +19,11 @@ record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from specfsm.fsm.observation import Observation
-from specfsm.fsm.table import Mode
+from specfsm.fsm.table import Event, Mode
 from specfsm.fsm.verdict import Verdict
 from specfsm.model.acceptance import DraftShape
 from specfsm.model.costs import CostModel, CostTable, load_table
@@ -61,6 +62,10 @@ class GoodputPolicy:
         self.ledger = Ledger(p.debounce, p.min_dwell)
         self.cur = self.est.index[cost.shape]  # the machine's current shape (index)
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
+        #: the reversals that double `margin` up to `max_margin` (more would only slow its decay)
+        self._reversal_limit = (
+            math.ceil(math.log2(p.max_margin / p.margin) - 1e-9) if p.margin > 0.0 else 0
+        )
         #: it learns from Observation.step_ms (the calibration, the prefill pressure's decode
         #: time): an adapter with several ranks gives them one value, so that they decide alike
         self.uses_step_ms = p.calibrate or p.prefill_ms_per_token > 0.0
@@ -227,6 +232,8 @@ class GoodputPolicy:
                 return None
             assert isinstance(out, Verdict)
             ledger.initial = False
+            if out.event is Event.LOAD_HIGH or out.event is Event.LOAD_LOW:
+                ledger.load_switched(it, self.params.reversal_window, self._reversal_limit)
             self.last_verdict = out
             self.last_reason = out.reason
             if out.shape is not None:

@@ -90,6 +90,12 @@ Rule = Callable[[RuleContext, Estimate, Ledger, Mode, Observation], Outcome]
 _SPEC = StepKind.SPEC
 
 
+def _margin(p: RuleContext, it: int) -> float:
+    """The margin a load switch needs now (the ledger's reversals raise it)."""
+    prm = p.params
+    return p.ledger.margin(prm.margin, prm.max_margin, it, prm.reversal_window)
+
+
 def _pays(p: RuleContext, e: Estimate, it: int, off: float, ms: float, acc: float) -> bool:
     """With zero-tax PLAIN: leaving it pays its catch-up (always with warm PLAIN)."""
     if p.params.plain is PlainVariant.WARM:
@@ -143,7 +149,7 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
     acc = e.acc
     ib, top = best(acc, ms, e.bs)
     resolving = L.probe_plain and est.measured(est.off_kind, None)
-    margin = 0.0 if resolving else prm.margin
+    margin = 0.0 if resolving else _margin(p, it)
     bound = POINT if ms is e.spec_ms else OPTIMISTIC
     if resolving and prm.probe_z > 0.0:
         acc = e.upper()
@@ -168,7 +174,8 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
     L.speculating_chosen(cands[ib], never, False)
     reason = (
         f"goodput: {cands[ib].label()} {top:.0f} > plain {e.plain:.0f} tok/s "
-        f"x (1+{prm.margin}) at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc[ib]:.2f}"
+        f"x (1+{max(margin, prm.margin):g}) at bs={e.bs}, ctx={obs.mean_ctx}, "
+        f"accept_len={acc[ib]:.2f}"
     )
     rule = "probe-resolved" if resolving else "speculate"
     return _verdict(p, e, ev, rule, reason, acc=acc, ms=ms, bound=bound, margin=margin, chosen=ib)
@@ -293,7 +300,7 @@ def plain(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     # measurement alone (no margin); once it stays, it is resolved
     resolving = L.probe and cal is not None and cal.measured(_SPEC, cands[cur])
     acc = e.acc
-    margin = 0.0 if resolving else prm.margin
+    margin = 0.0 if resolving else _margin(p, it)
     if resolving and prm.probe_z > 0.0:
         acc = e.upper()
         bound = UPPER
@@ -308,7 +315,8 @@ def plain(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     L.plain_chosen(it, cal is not None and not cal.measured(est.off_kind, None), prm.reprobe_after)
     reason = (
         f"goodput: plain {off:.0f} > {cands[cur].label()} {now:.0f} tok/s "
-        f"x (1+{prm.margin}) at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={e.acc[cur]:.2f}"
+        f"x (1+{max(margin, prm.margin):g}) at bs={e.bs}, ctx={obs.mean_ctx}, "
+        f"accept_len={e.acc[cur]:.2f}"
     )
     rule = "probe-measured" if resolving else "plain"
     return _verdict(
@@ -361,15 +369,16 @@ def reshape(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation
 # --------------------------------------------------------------------------------- on/off
 def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
     """The launch shape against PLAIN at the accept-length EMA."""
-    prm, est = p.params, p.est
+    est = p.est
     acc = est.ema_accept_len
     spec = 1000.0 * e.bs * acc / e.spec_ms[0]
+    margin = _margin(p, obs.iteration)
     if mode is Mode.PLAIN:
-        past = beats(spec, e.plain, prm.margin) and _pays(
+        past = beats(spec, e.plain, margin) and _pays(
             p, e, obs.iteration, e.off_ms, e.spec_ms[0], acc
         )
     else:
-        past = beats(e.plain, spec, prm.margin)
+        past = beats(e.plain, spec, margin)
     ev = L.confirm(past, mode, obs.iteration, True)
     if ev is None:
         return None
@@ -379,9 +388,9 @@ def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     else:
         rule = "onoff-plain"
         reason = f"goodput: plain {e.plain:.0f} > spec {spec:.0f} tok/s"
-    reason += f" x (1+{prm.margin}) at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc:.2f}"
+    reason += f" x (1+{margin:g}) at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc:.2f}"
     return _verdict(
-        p, e, ev, rule, reason, acc=(acc,), ms=e.spec_ms, bound=POINT, margin=prm.margin,
+        p, e, ev, rule, reason, acc=(acc,), ms=e.spec_ms, bound=POINT, margin=margin,
         chosen=0 if mode is Mode.PLAIN else None,
     )  # fmt: skip
 
