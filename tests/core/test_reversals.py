@@ -88,3 +88,19 @@ def test_the_raised_margin_is_in_the_verdict() -> None:
     assert [m for m, _ in seen[:4]] == [0.02, 0.02, 0.04, 0.08]
     assert "x (1+0.04)" in seen[2][1]
     assert max(m for m, _ in seen) == 0.16
+
+
+def test_a_guard_is_checked_only_when_on() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="max_margin >= margin"):
+        _policy_spec(reversal_window=64, margin=0.3)
+    assert _policy_spec(margin=0.3).params.max_margin == 0.16  # off: the cap is not read
+    with pytest.raises(ValueError, match="reversal_window >= 0"):
+        _policy_spec(reversal_window=-1)
+
+
+def _policy_spec(**keys: object) -> GoodputPolicy:
+    pol = make_policy({"name": "goodput", "shape": "chain3", "accept_len": 2.4, **keys})
+    assert isinstance(pol, GoodputPolicy)
+    return pol

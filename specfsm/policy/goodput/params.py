@@ -117,7 +117,7 @@ class GoodputParams:
             )
         if not 0.0 < self.prefill_ema <= 1.0:
             raise ValueError(f"GoodputPolicy: prefill_ema must be in (0, 1]: {self.prefill_ema}")
-        if self.reversal_window < 0 or self.max_margin < self.margin:
+        if self.reversal_window < 0 or (self.reversal_window and self.max_margin < self.margin):
             raise ValueError(
                 "GoodputPolicy: need reversal_window >= 0 and max_margin >= margin: "
                 f"{self.reversal_window}, {self.max_margin}"

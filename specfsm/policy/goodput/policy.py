@@ -64,7 +64,7 @@ class GoodputPolicy:
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
         #: the reversals that double `margin` up to `max_margin` (more would only slow its decay)
         self._reversal_limit = (
-            math.ceil(math.log2(p.max_margin / p.margin) - 1e-9) if p.margin > 0.0 else 0
+            max(0, math.ceil(math.log2(p.max_margin / p.margin) - 1e-9)) if p.margin > 0.0 else 0
         )
         #: it learns from Observation.step_ms (the calibration, the prefill pressure's decode
         #: time): an adapter with several ranks gives them one value, so that they decide alike
