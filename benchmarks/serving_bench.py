@@ -58,7 +58,7 @@ GPU_GOODPUT = {
     # the target's prefill per prompt token, measured 22.9-23.7 us on the H200
     # (serve_prefill_gpu, benchmarks/gpu/results/2026-12-03_serving): the prefill pressure
     "prefill_ms_per_token": 0.023,
-    # prices within a few percent swapped the mode every 0.3-1.4 s at 16 requests on heavy
+    # prices within a few percent swapped the mode 0.2-3.2 s apart at 16 requests on heavy
     # (2026-12-04_serving): a quick reversal doubles the margin (docs/policies.md "Reversals")
     "reversal_window": 256,
 }
