@@ -107,9 +107,7 @@ def main() -> int:
 
     launch = DraftShape.chain(3)
     shapes = [DraftShape.chain(k) for k in (1, 2, 3, 5, 7)]
-    gp = GoodputPolicy(
-        CostModel(load_table("h200_sglang0517_llama8b"), launch), 2.4, shapes=shapes
-    )
+    gp = GoodputPolicy(CostModel(load_table("h200_sglang0517_llama8b"), launch), 2.4, shapes=shapes)
     gfsm = SpecFSM(gp, log=TransitionLog(json_logger(devnull)), shapes=shapes, shape=launch)
     accepts = (3, 2, 4, 1, 3, 2, 3, 4) * 4
     gobs = [

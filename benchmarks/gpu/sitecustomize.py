@@ -34,15 +34,19 @@ import time
 
 _FILE = os.environ.get("SPECFSM_TIMING_FILE")
 
-_TARGETS: dict = {} if not _FILE else {
-    "sglang.srt.managers.tp_worker": [("TpModelWorker", "forward_batch_generation", "target")],
-    "sglang.srt.speculative.eagle_worker_v2": [
-        ("EAGLEWorkerV2", "forward_batch_generation", "spec_step"),
-        ("EAGLEWorkerV2", "verify", "verify"),
-        ("EagleDraftWorker", "draft", "draft"),
-        ("EagleDraftWorker", "_draft_extend_for_decode", "draft_extend"),
-    ],
-}
+_TARGETS: dict = (
+    {}
+    if not _FILE
+    else {
+        "sglang.srt.managers.tp_worker": [("TpModelWorker", "forward_batch_generation", "target")],
+        "sglang.srt.speculative.eagle_worker_v2": [
+            ("EAGLEWorkerV2", "forward_batch_generation", "spec_step"),
+            ("EAGLEWorkerV2", "verify", "verify"),
+            ("EagleDraftWorker", "draft", "draft"),
+            ("EagleDraftWorker", "_draft_extend_for_decode", "draft_extend"),
+        ],
+    }
+)
 
 
 def _bs(args, kwargs) -> int:
@@ -141,7 +145,7 @@ class _Finder(importlib.abc.MetaPathFinder):
                     elif kind == "adaptive":
                         _adaptive_wrap(cls)
                     elif kind.startswith("prefill_"):
-                        _prefill_wrap(cls, meth, kind[len("prefill_"):])
+                        _prefill_wrap(cls, meth, kind[len("prefill_") :])
                     else:
                         _wrap(cls, meth, kind)
                 else:
@@ -173,8 +177,17 @@ def _iter_record(sched, batch, fm) -> None:
     ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
     running = sched.running_batch.batch_size() if sched.running_batch is not None else 0
     free = sched.token_to_kv_pool_allocator.available_size()
-    _ITER_BUF.append([round(time.time(), 5), mode, batch.batch_size(), ext,
-                      len(sched.waiting_queue), running, int(free)])
+    _ITER_BUF.append(
+        [
+            round(time.time(), 5),
+            mode,
+            batch.batch_size(),
+            ext,
+            len(sched.waiting_queue),
+            running,
+            int(free),
+        ]
+    )
     if len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0:
         _iter_flush()
 
@@ -266,8 +279,13 @@ def _prefill_wrap(cls, name: str, stage: str) -> None:
         try:
             ev0 = torch.cuda.Event(enable_timing=True)
             ev1 = torch.cuda.Event(enable_timing=True)
-            rec = [round(time.time(), 5), stage, int(getattr(batch, "extend_num_tokens", 0) or 0),
-                   int(batch.batch_size()), mode]
+            rec = [
+                round(time.time(), 5),
+                stage,
+                int(getattr(batch, "extend_num_tokens", 0) or 0),
+                int(batch.batch_size()),
+                mode,
+            ]
             ev0.record()
         except Exception:
             return orig(*args, **kwargs)
@@ -294,7 +312,8 @@ def _zero_draft_input(draft_worker, batch, hidden, next_token_ids):
         topk_p=torch.zeros((bs, topk), dtype=torch.float32, device=dev),
         topk_index=torch.zeros((bs, topk), dtype=torch.int64, device=dev),
         hidden_states=torch.zeros((bs, width), dtype=hidden.dtype, device=dev)
-        if hidden is not None else None,
+        if hidden is not None
+        else None,
         bonus_tokens=next_token_ids,
         num_tokens_per_req=1,
         num_tokens_for_logprob_per_req=1,
@@ -308,9 +327,12 @@ if _PREFILL or _SKIP_FLAG:
         os.makedirs(_PREFILL, exist_ok=True)
         atexit.register(lambda: _pf_flush(force=True))
         _TARGETS.setdefault("sglang.srt.managers.tp_worker", []).append(
-            ("TpModelWorker", "forward_batch_generation", "prefill_target"))
+            ("TpModelWorker", "forward_batch_generation", "prefill_target")
+        )
     _TARGETS.setdefault("sglang.srt.speculative.eagle_worker_v2", []).append(
-        ("EagleDraftWorker", "_draft_extend_for_prefill", "prefill_draft"))
+        ("EagleDraftWorker", "_draft_extend_for_prefill", "prefill_draft")
+    )
+
 
 # ``SPECFSM_ADAPTIVE_GROW=1`` (harness only, for SGLang's own ``--speculative-adaptive`` as a
 # measured peer): 0.5.17 sizes the process-wide CUDA-graph logits buffer (GraphSharedOutput) for
@@ -339,7 +361,8 @@ def _adaptive_wrap(cls) -> None:
 
 if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
     _TARGETS.setdefault("sglang.srt.model_executor.graph_shared_output", []).append(
-        ("GraphSharedOutput", "get_logits_buffer", "adaptive"))
+        ("GraphSharedOutput", "get_logits_buffer", "adaptive")
+    )
 
 # ``SPECFSM_SYNC_DEBUG=<flag file>`` (diagnosis only): while the flag file exists, the scheduler
 # runs under ``torch.cuda.set_sync_debug_mode("warn")`` and cProfile. Every call that makes the
@@ -355,8 +378,11 @@ def _sync_warning(message, category, filename, lineno, file=None, line=None):
         return _SYNC_ST["show"](message, category, filename, lineno, file, line)
     import traceback
 
-    frames = [f for f in traceback.extract_stack()[:-1]
-              if "warnings" not in f.filename and "sitecustomize" not in f.filename][-8:]
+    frames = [
+        f
+        for f in traceback.extract_stack()[:-1]
+        if "warnings" not in f.filename and "sitecustomize" not in f.filename
+    ][-8:]
     where = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}" for f in frames]
     key = (_SYNC_ST["mode"], *where)
     _SYNC_ST["stacks"][key] = _SYNC_ST["stacks"].get(key, 0) + 1
@@ -392,17 +418,34 @@ def _sync_toggle(mode: str) -> None:
                 warnings.showwarning = st["show"]
                 ps = pstats.Stats(st["prof"])
                 top = sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:60]
-                ours = sorted((kv for kv in ps.stats.items() if "specfsm_sglang" in kv[0][0]),
-                              key=lambda kv: -kv[1][3])[:40]
-                rec = {"iters": st["iters"],
-                       "stacks": sorted(([n, *k] for k, n in st["stacks"].items()),
-                                        key=lambda r: -r[0]),
-                       "profile_top_tottime": [
-                           [f"{fn.split('site-packages/')[-1]}:{ln} {name}", cc, round(tt, 4),
-                            round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in top],
-                       "profile_specfsm_cumtime": [
-                           [f"{fn.split('/adapters/')[-1]}:{ln} {name}", cc, round(tt, 4),
-                            round(ct, 4)] for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours]}
+                ours = sorted(
+                    (kv for kv in ps.stats.items() if "specfsm_sglang" in kv[0][0]),
+                    key=lambda kv: -kv[1][3],
+                )[:40]
+                rec = {
+                    "iters": st["iters"],
+                    "stacks": sorted(
+                        ([n, *k] for k, n in st["stacks"].items()), key=lambda r: -r[0]
+                    ),
+                    "profile_top_tottime": [
+                        [
+                            f"{fn.split('site-packages/')[-1]}:{ln} {name}",
+                            cc,
+                            round(tt, 4),
+                            round(ct, 4),
+                        ]
+                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in top
+                    ],
+                    "profile_specfsm_cumtime": [
+                        [
+                            f"{fn.split('/adapters/')[-1]}:{ln} {name}",
+                            cc,
+                            round(tt, 4),
+                            round(ct, 4),
+                        ]
+                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours
+                    ],
+                }
                 with open(f"{_SYNC}.{os.getpid()}.json", "w") as fh:
                     json.dump(rec, fh)
     if st["on"]:
