@@ -189,13 +189,19 @@ class TransitionLog:
         if dst is Mode.SPECULATING and src is not Mode.SPECULATING:
             self.speculating_since = iteration
 
-    def observation(self, obs: Observation, mode: Mode) -> None:
+    def observation(self, obs: Observation, mode: Mode, policy: object = None) -> None:
+        """The sampled inputs and mode; with a `policy` that has ``view(obs)`` also what it
+        believes there (its prices, its learned state) under ``policy``: a sampled line is
+        where its numbers can be set beside the step as served."""
+        fields = self._obs(obs, mode)
+        view = getattr(policy, "view", None)
+        if callable(view):
+            try:
+                fields["policy"] = view(obs)
+            except Exception as exc:  # a log line: a broken view must not stop the scheduler
+                fields["policy"] = {"error": f"{type(exc).__name__}: {exc}"}
         self._log.info(
-            OBSERVATION,
-            rank=self.rank,
-            iteration=obs.iteration,
-            mode=mode.name,
-            **self._obs(obs, mode),
+            OBSERVATION, rank=self.rank, iteration=obs.iteration, mode=mode.name, **fields
         )
 
     def action_failed(

@@ -251,12 +251,12 @@ class SpecFSM:
     def _maybe_observe(self, obs: Observation, mode: Mode) -> None:
         """The sampled specfsm.observation line (every N iterations and/or T seconds)."""
         if self._observe_every and obs.iteration % self._observe_every == 0:
-            self.log.observation(obs, mode)
+            self.log.observation(obs, mode, self._policy)
         elif self._observe_seconds:
             now = time.monotonic()
             if now >= self._next_observe_t:
                 self._next_observe_t = now + self._observe_seconds
-                self.log.observation(obs, mode)
+                self.log.observation(obs, mode, self._policy)
 
     # ------------------------------------------------------------------ transitions
     def process_event(

@@ -241,6 +241,36 @@ class GoodputPolicy:
             return out
         return None
 
+    def view(self, obs: Observation) -> dict[str, object]:
+        """What it believes at `obs`'s batch and context, for the sampled observation line:
+        PLAIN's and each shape's calibrated step (ms), accept length and tokens/s, the
+        calibration's factors there, the prefill share and pressure, the margin a switch
+        needs now. Read-only (its caches aside), so logging it changes no decision."""
+        est, bs, it = self.est, max(1, obs.decode_bs), obs.iteration
+        off, spec, _ = est.costs(bs, obs.mean_ctx)
+        acc = est.accept_lengths() if est.shapes else {est.cands[self.cur]: est.ema_accept_len}
+        out: dict[str, object] = {"bs": bs, "plain_ms": round(off, 3)}
+        out["plain_tok_s"] = round(1000.0 * bs / off, 1)
+        for s, ms in zip(est.cands, spec, strict=True):
+            if s in acc:
+                out[s.label()] = {
+                    "ms": round(ms, 3),
+                    "accept_len": round(acc[s], 3),
+                    "tok_s": round(1000.0 * bs * acc[s] / ms / est.pressure_factor(), 1),
+                }
+        cal = est.calibration
+        if cal is not None:
+            out["calibration"] = {
+                str(est.off_kind): round(cal.factor(est.off_kind, None, bs), 3),
+                **{s.label(): round(cal.factor("spec", s, bs), 3) for s in est.cands if s in acc},
+            }
+        prm = self.params
+        if prm.prefill_ms_per_token > 0.0:
+            out["prefill_share"] = round(est.share, 3)
+            out["pressure"] = round(est.pressure_factor(), 3)
+        out["margin"] = self.ledger.margin(prm.margin, prm.max_margin, it, prm.reversal_window)
+        return out
+
     def describe(self) -> dict[str, object]:
         """The policy's name, every parameter, the cost model and the profile's source."""
         return {"policy": "goodput", **self.params.describe(), **self.est.describe()}
