@@ -71,7 +71,9 @@ def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "policy": json.loads(args.goodput),
         "plain": "zero_tax",
         "log": str(out / "specfsm" / "transitions-rank{rank}.jsonl"),
-        "observe_every": 500,
+        # a sampled line (with the policy's prices) every ~1-2 s at 16 requests: several per
+        # 7 s phase, to set beside the per-iteration traces
+        "observe_every": 100,
         "contracts_every": 16,
         "control_every": 16,
     }
