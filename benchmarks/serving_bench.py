@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 
 import client
+import driver_log
 import iters
 import phase_pins
 import summary
@@ -226,6 +227,10 @@ def play_run(
         m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
     if pf_dir is not None and pf_dir.exists():
         m["prefill_gpu"] = iters.prefill_window(pf_dir, t0, t0 + trace.seconds)
+    m["t0"] = t0
+    tlog = out / "specfsm" / "transitions-rank0.jsonl"
+    if label.startswith("specfsm_") and tlog.exists():
+        m["switches"] = iters.switches(tlog, t0, t0 + trace.seconds + m["drain_s"])
     summary.save_requests(rdir, recs)
     log.write(json.dumps({"server": label, "trace": trace.name, "rep": rep, **m}) + "\n")
     log.flush()
@@ -382,7 +387,7 @@ def main() -> int:
         have = (out / "runs.jsonl").read_text() if (out / "runs.jsonl").exists() else ""
         with open(out / "runs.jsonl", "a") as log:
             for path in args.from_log:
-                for rec in summary.runs_from_log(path.read_text()):
+                for rec in driver_log.runs_from_log(path.read_text()):
                     line = json.dumps(rec)
                     if line not in have:
                         log.write(line + "\n")

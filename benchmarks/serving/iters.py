@@ -78,3 +78,17 @@ def prefill_window(folder: Path, t0: float, t1: float) -> dict[str, Any]:
         a["ms"] = round(a["ms"], 2)
         a["us_per_token"] = round(1e3 * a["ms"] / a["tokens"], 3) if a["tokens"] else None
     return out
+
+
+def switches(log: Path, t0: float, t1: float) -> int:
+    """Load switches (LOAD_HIGH / LOAD_LOW transitions) a specfsm transition log holds with
+    ``ts`` in [t0, t1) (wall-clock seconds): the mode changes a run's policy decided."""
+    n = 0
+    with open(log) as fh:
+        for line in fh:
+            if '"LOAD_' not in line:
+                continue
+            rec = json.loads(line)
+            if rec.get("trigger") in ("LOAD_HIGH", "LOAD_LOW") and t0 <= rec.get("ts", -1.0) < t1:
+                n += 1
+    return n

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shutil
 import statistics
 from collections.abc import Iterable
@@ -337,6 +336,11 @@ def summarize(
             pf = _prefill_line(t, lab, runs_t)
             if pf is not None:
                 lines.append(pf)
+            sw = [float(r["switches"]) for r in runs_t if "switches" in r]
+            if sw:
+                lines.append(
+                    f"serve_switches[{t}][{lab}]: {fmt_reps(sw, 1)} (load switches per run)"
+                )
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:
@@ -422,43 +426,3 @@ def summarize(
         f"serve_memory_leaks_reported: {len(leaks)}" + (f" ({', '.join(leaks)})" if leaks else "")
     )
     return lines
-
-
-_RUN = re.compile(
-    r"\] (?P<label>\S+) (?P<trace>\S+) rep(?P<rep>\d+): (?P<tok>[\d.]+) tok/s, "
-    r"(?P<fin>\d+)/(?P<req>\d+) finished, lost (?P<lost>\d+), (?P<phases>.*)$"
-)
-_UP = re.compile(r"\] (?P<server>\S+): up in (?P<s>[\d.]+) s, KV pool (?P<kv>\d+|None) tokens")
-
-
-def runs_from_log(text: str) -> list[dict[str, Any]]:
-    """The run and server records a driver log holds (its one line per run), for a run whose
-    ``runs.jsonl`` did not come back: throughput, phases, finished and lost requests only
-    (no latencies, no per-request records, so no greedy comparison)."""
-    out: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        m = _RUN.search(line)
-        if m:
-            phases = [
-                {"phase": k, "tok_s": float(v)}
-                for k, _, v in (x.partition("=") for x in m["phases"].split())
-            ]
-            out.append(
-                {
-                    "server": m["label"],
-                    "trace": m["trace"],
-                    "rep": int(m["rep"]),
-                    "tok_s": float(m["tok"]),
-                    "finished": int(m["fin"]),
-                    "requests": int(m["req"]),
-                    "lost": int(m["lost"]),
-                    "phases": phases,
-                    "from_log": True,
-                }
-            )
-            continue
-        u = _UP.search(line)
-        if u:
-            kv = None if u["kv"] == "None" else int(u["kv"])
-            out.append({"server": u["server"], "start_s": float(u["s"]), "kv_tokens": kv})
-    return out

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
 
+import driver_log
 import summary
 import traces
 
@@ -36,7 +37,7 @@ def test_runs_from_log() -> None:
         "[serving +303s] specfsm_plain light rep0: 933.6 tok/s, 112/115 finished, lost 0, "
         "c1=192 c8=759 c32=1693 c4=1090\n"
     )
-    runs = summary.runs_from_log(text)
+    runs = driver_log.runs_from_log(text)
     assert runs[0] == {"server": "specfsm", "start_s": 287.9, "kv_tokens": 745188}
     assert runs[1]["server"] == "specfsm_plain" and runs[1]["tok_s"] == 933.6
     assert [p["phase"] for p in runs[1]["phases"]] == ["c1", "c8", "c32", "c4"]
@@ -315,3 +316,35 @@ def test_drained_figures_count_every_token_to_the_last_request(tmp_path: Path) -
         " (goal none: info)"
     ) in lines
     assert not any(x.startswith("serve_plain_vs_nospec_server_drained") for x in lines)
+
+
+def test_switches_of_a_run_are_its_load_transitions_inside_its_window(tmp_path: Path) -> None:
+    """The load switches a run's policy decided (LOAD_HIGH / LOAD_LOW inside its window) go
+    into its record and, per server and trace, into the summary."""
+    import json
+
+    import iters
+
+    log = tmp_path / "transitions-rank0.jsonl"
+    lines = [
+        {"event": "specfsm.config", "ts": 5.0},
+        {"event": "specfsm.transition", "trigger": "LOAD_HIGH", "ts": 9.0},  # before the run
+        {"event": "specfsm.transition", "trigger": "LOAD_HIGH", "ts": 10.0},
+        {"event": "specfsm.transition", "trigger": "DRAINED", "ts": 10.1},
+        {"event": "specfsm.transition", "trigger": "LOAD_LOW", "ts": 12.5},
+        {"event": "specfsm.transition", "trigger": "LOAD_HIGH", "ts": 20.0},  # after it
+    ]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert iters.switches(log, 10.0, 20.0) == 2
+    phases = [{"phase": p, "tok_s": 1.0} for p in ("c16", "c256", "c64", "c256")]
+    recs = [
+        {"server": "specfsm_goodput", "trace": "heavy", "rep": r, "tok_s": 1.0, "lost": 0,
+         "phases": phases, "switches": n}
+        for r, n in ((0, 13), (1, 9))
+    ]  # fmt: skip
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = summary.summarize(tmp_path / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]})
+    assert (
+        "serve_switches[heavy][specfsm_goodput]: 11.0 (reps 13.0, 9.0; spread 36.4%)"
+        " (load switches per run)"
+    ) in out
