@@ -67,6 +67,7 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         "serve_specfsm_vs_best_static[light]",
         "serve_drained_tok_s[light][nospec]",
         "serve_plain_vs_nospec_server_drained[light]",
+        "serve_switches[light][specfsm_goodput]",
     ):
         _value(lines, key)
     # the sync-debug window ran on the pinned-PLAIN server and reported its waits
