@@ -231,6 +231,12 @@ def _ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) 
     return f"{name}: n/a"
 
 
+def _best_static(vals: dict[str, dict[int, float]], statics: list[str]) -> dict[int, float]:
+    """Per repetition every static server ran, the better static server's figure."""
+    reps = sorted(set.intersection(*(set(vals[s]) for s in statics)))
+    return {i: max(vals[s][i] for s in statics) for i in reps}
+
+
 def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     """Tokens of the finished requests over the time to the last one's end, and the goal
     ratios on it (info: the window's figure is the goal's). It counts every token whenever it
@@ -248,8 +254,7 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
     pairs = {f"{k}_drained": (a, b) for k, (a, b, _) in GOALS.items()}
     statics = [s for s in STATIC if s in got]
     if statics:
-        reps = set.intersection(*(set(got[s]) for s in statics))
-        got["best_static"] = {i: max(got[s][i] for s in statics) for i in reps}
+        got["best_static"] = _best_static(got, statics)
         pairs["serve_specfsm_vs_best_static_drained"] = ("specfsm_goodput", "best_static")
         pairs["serve_specfsm_example_vs_best_static_drained"] = ("specfsm_example", "best_static")
     lines += [
@@ -351,9 +356,9 @@ def summarize(
         statics = [s for s in STATIC if s in tok]
         if statics:
             # per repetition that every static server ran
-            reps = sorted(set.intersection(*(set(tok[s]) for s in statics)))
+            best = _best_static(tok, statics)
+            reps = list(best)
             run_of = {(s, r["rep"]): r for s in statics for r in by[(s, t)]}
-            best = {i: max(tok[s][i] for s in statics) for i in reps}
             oracle = {}
             for i in reps:
                 total = 0.0

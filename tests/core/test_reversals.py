@@ -42,26 +42,21 @@ def _play(pol: GoodputPolicy, sizes: tuple[int, int], every: int, n: int) -> lis
 
 
 def test_each_reversal_doubles_the_margin_up_to_its_cap_and_a_quiet_window_halves_it() -> None:
-    led = Ledger(debounce=1, min_dwell=0)
-    margin = [0.0]
-
-    def at(it: int) -> float:
-        margin[0] = led.margin(0.02, 0.16, it, 100)
-        return margin[0]
-
-    led.load_switched(0, 100, 3)  # the first switch: nothing before it to reverse
+    led = Ledger(debounce=1, min_dwell=0, margin=0.02, max_margin=0.16, reversal_window=100)
+    at = led.margin
+    led.load_switched(0)  # the first switch: nothing before it to reverse
     assert at(10) == 0.02
     for it, want in ((50, 0.04), (90, 0.08), (120, 0.16), (150, 0.16)):
-        led.load_switched(it, 100, 3)
+        led.load_switched(it)
         assert at(it) == want, it
     assert led.reversals == 3  # the cap's three doublings, no more to undo later
     assert [at(150 + d) for d in (99, 100, 200, 300, 1000)] == [0.16, 0.08, 0.04, 0.02, 0.02]
-    led.load_switched(500, 100, 3)  # 350 iterations after the last: not a reversal
+    led.load_switched(500)  # 350 iterations after the last: not a reversal
     assert led.reversals == 0 and at(501) == 0.02
-    off = Ledger(debounce=1, min_dwell=0)
-    off.load_switched(0, 0, 3)
-    off.load_switched(1, 0, 3)
-    assert off.reversals == 0 and off.margin(0.02, 0.16, 2, 0) == 0.02
+    off = Ledger(debounce=1, min_dwell=0, margin=0.02, max_margin=0.16)
+    off.load_switched(0)
+    off.load_switched(1)
+    assert off.reversals == 0 and off.margin(2) == 0.02
 
 
 def test_near_prices_stop_flipping_while_a_clear_load_step_still_switches() -> None:

@@ -26,6 +26,8 @@ bound. Each change of that state is one named method, called by the rule that de
 
 from __future__ import annotations
 
+import math
+
 from specfsm.fsm.table import TOWARD, Event, Mode
 from specfsm.model.acceptance import DraftShape
 from specfsm.policy.base import Hysteresis
@@ -34,8 +36,23 @@ from specfsm.policy.base import Hysteresis
 class Ledger(Hysteresis):
     """Hysteresis, shape streak and the probe flags of one goodput policy."""
 
-    def __init__(self, debounce: int, min_dwell: int) -> None:
+    def __init__(
+        self,
+        debounce: int,
+        min_dwell: int,
+        *,
+        margin: float = 0.0,
+        max_margin: float = 0.0,
+        reversal_window: int = 0,
+    ) -> None:
         super().__init__(debounce, min_dwell)
+        self.base_margin = margin
+        self.max_margin = max_margin
+        self.reversal_window = reversal_window
+        #: the reversals that double `margin` up to `max_margin` (more would only slow its decay)
+        self.reversal_limit = (
+            max(0, math.ceil(math.log2(max_margin / margin) - 1e-9)) if margin > 0.0 else 0
+        )
         self.shape_streak = 0
         self.shape_since = -(10**9)  # iteration of the last RESHAPE
         self.initial = False
@@ -88,24 +105,25 @@ class Ledger(Hysteresis):
             return TOWARD[(mode, Mode.SPECULATING if plain else Mode.PLAIN)]
         return self._confirm(past, mode, iteration)
 
-    def _reversals_now(self, iteration: int, window: int) -> int:
-        if window <= 0:
+    def _reversals_now(self, iteration: int) -> int:
+        w = self.reversal_window
+        if w <= 0:
             return 0
-        return max(0, self.reversals - (iteration - self._switched_at) // window)
+        return max(0, self.reversals - (iteration - self._switched_at) // w)
 
-    def margin(self, base: float, cap: float, iteration: int, window: int) -> float:
-        """The margin a load switch needs at `iteration`: `base` doubled per reversal still
-        counted, at most `cap` (`base` with the window 0)."""
-        n = self._reversals_now(iteration, window)
-        return min(cap, base * (1 << n)) if n else base
+    def margin(self, iteration: int) -> float:
+        """The margin a load switch needs at `iteration`: the base margin doubled per reversal
+        still counted, at most `max_margin` (the base with the window 0)."""
+        n = self._reversals_now(iteration)
+        return min(self.max_margin, self.base_margin * (1 << n)) if n else self.base_margin
 
-    def load_switched(self, iteration: int, window: int, limit: int) -> None:
+    def load_switched(self, iteration: int) -> None:
         """A load switch (LOAD_HIGH / LOAD_LOW) decided at `iteration`: a reversal when it
-        came within `window` iterations of the one before; at most `limit` are counted (the
-        doublings that reach the margin's cap)."""
-        n = self._reversals_now(iteration, window)
-        if window > 0 and iteration - self._switched_at < window:
-            n = min(n + 1, limit)
+        came within `reversal_window` iterations of the one before; at most `reversal_limit`
+        are counted (the doublings that reach the cap)."""
+        n = self._reversals_now(iteration)
+        if self.reversal_window > 0 and iteration - self._switched_at < self.reversal_window:
+            n = min(n + 1, self.reversal_limit)
         self.reversals = n
         self._switched_at = iteration
 

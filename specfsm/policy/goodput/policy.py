@@ -19,7 +19,6 @@ record.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from specfsm.fsm.observation import Observation
@@ -29,6 +28,7 @@ from specfsm.model.acceptance import DraftShape
 from specfsm.model.costs import CostModel, CostTable, load_table
 from specfsm.policy.goodput.estimator import Estimator
 from specfsm.policy.goodput.ledger import Ledger
+from specfsm.policy.goodput.objective import tok_s
 from specfsm.policy.goodput.params import GoodputParams
 from specfsm.policy.goodput.rules import HOLD, ONOFF_RULES, SHAPE_RULES
 from specfsm.policy.learn import DepthAcceptance, StepCalibration
@@ -59,13 +59,15 @@ class GoodputPolicy:
         prof = profile if profile is None or isinstance(profile, CostTable) else load_table(profile)
         self.est = Estimator(cost, self.params, prof)
         p = self.params
-        self.ledger = Ledger(p.debounce, p.min_dwell)
+        self.ledger = Ledger(
+            p.debounce,
+            p.min_dwell,
+            margin=p.margin,
+            max_margin=p.max_margin,
+            reversal_window=p.reversal_window,
+        )
         self.cur = self.est.index[cost.shape]  # the machine's current shape (index)
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES
-        #: the reversals that double `margin` up to `max_margin` (more would only slow its decay)
-        self._reversal_limit = (
-            max(0, math.ceil(math.log2(p.max_margin / p.margin) - 1e-9)) if p.margin > 0.0 else 0
-        )
         #: it learns from Observation.step_ms (the calibration, the prefill pressure's decode
         #: time): an adapter with several ranks gives them one value, so that they decide alike
         self.uses_step_ms = p.calibrate or p.prefill_ms_per_token > 0.0
@@ -233,7 +235,7 @@ class GoodputPolicy:
             assert isinstance(out, Verdict)
             ledger.initial = False
             if out.event is Event.LOAD_HIGH or out.event is Event.LOAD_LOW:
-                ledger.load_switched(it, self.params.reversal_window, self._reversal_limit)
+                ledger.load_switched(it)
             self.last_verdict = out
             self.last_reason = out.reason
             if out.shape is not None:
@@ -250,13 +252,13 @@ class GoodputPolicy:
         off, spec, _ = est.costs(bs, obs.mean_ctx)
         acc = est.accept_lengths() if est.shapes else {est.cands[self.cur]: est.ema_accept_len}
         out: dict[str, object] = {"bs": bs, "plain_ms": round(off, 3)}
-        out["plain_tok_s"] = round(1000.0 * bs / off, 1)
+        out["plain_tok_s"] = round(tok_s(bs, 1.0, off), 1)
         for s, ms in zip(est.cands, spec, strict=True):
             if s in acc:
                 out[s.label()] = {
                     "ms": round(ms, 3),
                     "accept_len": round(acc[s], 3),
-                    "tok_s": round(1000.0 * bs * acc[s] / ms / est.pressure_factor(), 1),
+                    "tok_s": round(tok_s(bs, acc[s], ms * est.pressure_factor()), 1),
                 }
         cal = est.calibration
         if cal is not None:
@@ -264,11 +266,10 @@ class GoodputPolicy:
                 str(est.off_kind): round(cal.factor(est.off_kind, None, bs), 3),
                 **{s.label(): round(cal.factor("spec", s, bs), 3) for s in est.cands if s in acc},
             }
-        prm = self.params
-        if prm.prefill_ms_per_token > 0.0:
+        if self.params.prefill_ms_per_token > 0.0:
             out["prefill_share"] = round(est.share, 3)
             out["pressure"] = round(est.pressure_factor(), 3)
-        out["margin"] = self.ledger.margin(prm.margin, prm.max_margin, it, prm.reversal_window)
+        out["margin"] = self.ledger.margin(it)
         return out
 
     def describe(self) -> dict[str, object]:

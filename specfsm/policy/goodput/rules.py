@@ -90,12 +90,6 @@ Rule = Callable[[RuleContext, Estimate, Ledger, Mode, Observation], Outcome]
 _SPEC = StepKind.SPEC
 
 
-def _margin(p: RuleContext, it: int) -> float:
-    """The margin a load switch needs now (the ledger's reversals raise it)."""
-    prm = p.params
-    return p.ledger.margin(prm.margin, prm.max_margin, it, prm.reversal_window)
-
-
 def _pays(p: RuleContext, e: Estimate, it: int, off: float, ms: float, acc: float) -> bool:
     """With zero-tax PLAIN: leaving it pays its catch-up (always with warm PLAIN)."""
     if p.params.plain is PlainVariant.WARM:
@@ -149,7 +143,7 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
     acc = e.acc
     ib, top = best(acc, ms, e.bs)
     resolving = L.probe_plain and est.measured(est.off_kind, None)
-    margin = 0.0 if resolving else _margin(p, it)
+    margin = 0.0 if resolving else L.margin(it)
     bound = POINT if ms is e.spec_ms else OPTIMISTIC
     if resolving and prm.probe_z > 0.0:
         acc = e.upper()
@@ -300,7 +294,7 @@ def plain(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     # measurement alone (no margin); once it stays, it is resolved
     resolving = L.probe and cal is not None and cal.measured(_SPEC, cands[cur])
     acc = e.acc
-    margin = 0.0 if resolving else _margin(p, it)
+    margin = 0.0 if resolving else L.margin(it)
     if resolving and prm.probe_z > 0.0:
         acc = e.upper()
         bound = UPPER
@@ -372,7 +366,7 @@ def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     est = p.est
     acc = est.ema_accept_len
     spec = 1000.0 * e.bs * acc / e.spec_ms[0]
-    margin = _margin(p, obs.iteration)
+    margin = L.margin(obs.iteration)
     if mode is Mode.PLAIN:
         past = beats(spec, e.plain, margin) and _pays(
             p, e, obs.iteration, e.off_ms, e.spec_ms[0], acc
