@@ -29,6 +29,7 @@ ONE_MACHINE_RESULTS = "benchmarks/gpu/results/2026-12-03_serving/"
 MACHINE5_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine5/"
 MACHINE6_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine6/"
 MACHINE7_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine7/"
+MACHINE8_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine8/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -194,7 +195,7 @@ def _report_one_machine(
     where: str,
     date: str = "2026-12-03",
 ) -> None:
-    """Every server on one machine (runs 'dec03' to 'dec04'): pinned PLAIN against the
+    """Every server on one machine (runs 'dec03' to 'dec04b'): pinned PLAIN against the
     server without a draft, pinned SPECULATING against the stock EAGLE server, the policies
     against the better static server, each repetition apart; and what the day trace asked of
     them."""
@@ -246,7 +247,8 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "2-3 reps (2026-12-03); 'dec03c': one machine again, a deferred prefill publishing its\n"
         "lengths first and prefills counting toward the goodput policy's dwell, 2-3 reps\n"
         "(2026-12-03); 'dec04': one machine, the runtime of dec03c, heavy and bursty, 1-2 reps\n"
-        "(2026-12-04). EAGLE: the stock server;\n"
+        "(2026-12-04); 'dec04b': one machine, the goodput policy with its reversal guard, light\n"
+        "and bursty, 1-3 reps (2026-12-04). EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -311,6 +313,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_one_machine(reps.get("dec03b", {}), out, "dec03b", MACHINE5_RESULTS)
     _report_one_machine(reps.get("dec03c", {}), out, "dec03c", MACHINE6_RESULTS)
     _report_one_machine(reps.get("dec04", {}), out, "dec04", MACHINE7_RESULTS, "2026-12-04")
+    _report_one_machine(reps.get("dec04b", {}), out, "dec04b", MACHINE8_RESULTS, "2026-12-04")
     out.flush()
 
 
