@@ -80,6 +80,9 @@ def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     }
     if args.profile:
         cfg["profile"] = json.loads(args.profile)
+        # the rows the policy priced from, kept with the run (the transition log has the
+        # calibration on top of them in its observation lines)
+        cfg["profile"].setdefault("save", str(out / "specfsm" / "profile-{rank}.csv"))
     return cfg
 
 

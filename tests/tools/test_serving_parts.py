@@ -348,3 +348,22 @@ def test_switches_of_a_run_are_its_load_transitions_inside_its_window(tmp_path: 
         "serve_switches[heavy][specfsm_goodput]: 11.0 (reps 13.0, 9.0; spread 36.4%)"
         " (load switches per run)"
     ) in out
+
+
+def test_the_start_up_profile_rows_are_kept_with_the_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import argparse
+    import json
+
+    import serving_bench
+
+    args = argparse.Namespace(goodput=json.dumps({"name": "goodput"}), profile=None)
+    assert "profile" not in serving_bench.fsm_config(args, tmp_path)
+    args.profile = json.dumps({"bs": [1, 4]})
+    cfg = serving_bench.fsm_config(args, tmp_path)
+    assert cfg["profile"] == {
+        "bs": [1, 4],
+        "save": str(tmp_path / "specfsm" / "profile-{rank}.csv"),
+    }
+    args.profile = json.dumps({"bs": [1], "save": "/elsewhere/p-{rank}.csv"})
+    assert serving_bench.fsm_config(args, tmp_path)["profile"]["save"] == "/elsewhere/p-{rank}.csv"
