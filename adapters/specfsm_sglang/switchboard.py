@@ -3,7 +3,9 @@
 - the configured policy, built at start-up; once the start-up profile measured this engine
   (`apply_profile`), the configured goodput policy priced with its rows, its profiled points
   seeded as measured;
-- a pin (``{"pin": "PLAIN"}``: the fixed policy), an unpin (back to the configured one) or a
+- a pin (``{"pin": "PLAIN"}``: the fixed policy), an unpin (back to the configured one, the
+  same instance with what it learned before the pin: step costs, acceptance; one the machine
+  replaced after faults is built afresh) or a
   swap (``{"policy": {...}}``, priced with the profile too) read from the operator's control
   file every ``control_every`` decode forwards (rank 0 reads, every TP rank applies: `poll`),
   checked with the configuration's rules; every refusal and every change is one
@@ -51,6 +53,12 @@ class PolicySwitchboard:
     profile_path: str | None
     profile_rows: list[tuple[str, int, int, int, float]]
     policy_spec: dict[str, Any]
+    #: the configured policy as built (at start-up, or priced with the profile), which an unpin
+    #: puts back; None once the machine replaced it after faults (the next unpin builds anew)
+    configured_policy: Policy | None
+    #: whether the configured policy is the one deciding (so a different one there now means
+    #: the machine replaced it)
+    configured_active: bool
     #: the control file (None: not watched) and how often it is polled
     control_file: str | None
     control_every: int
@@ -63,6 +71,8 @@ class PolicySwitchboard:
         self.profile_path = None
         self.profile_rows = []
         self.policy_spec = cfg.policy
+        self.configured_policy = self.fsm.policy
+        self.configured_active = True
         self.control_file = cfg.control_file
         self.control_every = cfg.control_every
         self._control = ControlFile(cfg.control_file or "")
@@ -99,6 +109,7 @@ class PolicySwitchboard:
             self.profile_rows = result.rows
             self.policy_spec = self.with_profile(self.cfg.policy)
             self.fsm.policy, prof["seeded"] = self._profiled_policy(self.policy_spec, "profile")
+            self.configured_policy, self.configured_active = self.fsm.policy, True
             line["policy"] = self.fsm.policy.describe()
         else:
             prof["note"] = "nothing measured: the policy keeps its table"
@@ -178,13 +189,33 @@ class PolicySwitchboard:
                             f'{[b.label() for b in self.shape_states]}; config key "shapes")',
                         )
                 policy, _ = self._profiled_policy(change.policy or {}, "control.policy")
-            else:  # unpin: back to the configured one
-                policy, _ = self._profiled_policy(self.policy_spec, "policy")
+            else:  # unpin: back to the configured one, with what it learned
+                policy = self._configured()
         except ConfigError as exc:
             self._log_control("refused", str(exc), content)
             return
+        resumed = change.kind == "unpin" and policy is self.configured_policy
+        if self.configured_active and self.fsm.policy is not self.configured_policy:
+            self.configured_policy = None  # the machine replaced it after faults
         self.fsm.policy = policy
-        self.log.config(
-            {"control": "applied", "request": content, "policy": policy.describe()},
-            iteration=self.iteration,
-        )
+        self.configured_active = change.kind == "unpin"
+        if change.kind == "unpin":
+            self.configured_policy = policy
+        line: dict[str, object] = {
+            "control": "applied",
+            "request": content,
+            "policy": policy.describe(),
+        }
+        if change.kind == "unpin":
+            line["resumed"] = resumed
+        self.log.config(line, iteration=self.iteration)
+
+    def _configured(self) -> Policy:
+        """The configured policy for an unpin: the instance that decided before (its learned
+        costs and acceptance kept; its debounce and dwell run on from where they were), or,
+        when the machine replaced it after faults, one built afresh."""
+        kept = self.configured_policy
+        if kept is not None and not (self.configured_active and self.fsm.policy is not kept):
+            return kept
+        policy, _ = self._profiled_policy(self.policy_spec, "policy")
+        return policy

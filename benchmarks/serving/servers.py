@@ -7,8 +7,9 @@ Servers (``--servers``):
 - ``eagle``: stock EAGLE, without the plugin on the path at all;
 - ``specfsm``: the same EAGLE server with the specfsm plugin, launched with the goodput policy
   and the start-up profile; its *variants* are set through specfsm's control file between runs,
-  on the one server: ``goodput`` (as launched), ``plain`` (pinned PLAIN), ``spec`` (pinned
-  SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and
+  on the one server: ``goodput`` (as launched: the unpin resumes that policy with what it
+  learned in the runs before, as on a long-running server), ``plain`` (pinned PLAIN),
+  ``spec`` (pinned SPECULATING), ``example`` (``examples/gpu_server/specfsm.json``'s policy), and
   ``plain_nodraft`` (pinned PLAIN with the draft's prefill skipped by the harness switch
   in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most),
   and ``phases`` (pinned phase by phase to the better static server's mode: the per-phase
@@ -262,7 +263,9 @@ class Server:
         elif variant == "example":
             change = {"policy": example_policy()}
         elif variant == "goodput":
-            change = {"policy": goodput}
+            # the policy the server was launched with (`goodput`), resumed by the unpin with
+            # what it learned in the runs before, as a long-running server's would be
+            change = {"pin": None}
         elif variant in ("PLAIN", "SPECULATING"):  # the phases variant's pin of one phase
             change = {"pin": variant}
         else:

@@ -35,6 +35,7 @@ def controller(path: Path | str) -> tuple[Controller, list[Any]]:
     ctl.policy_spec, ctl.profile_path, ctl.profile_rows = ctl.cfg.policy, None, []  # no profile
     ctl.topk, ctl.spec_steps, ctl.spec_tokens = 1, 3, 4
     ctl.fsm = SpecFSM(FixedPolicy(True), RecordingActions(), log=log)
+    ctl.configured_policy, ctl.configured_active = None, False  # built by the first unpin
     return ctl, lines
 
 
@@ -150,3 +151,34 @@ def test_swap_policy_back_after_replacement() -> None:
     assert [x["control"] for x in lines if "control" in x] == ["applied"]
     ctl.fsm.step(Observation(iteration=3, decode_bs=1))
     assert ctl.fsm.mode is Mode.RESYNCING
+
+
+def test_unpin_resumes_the_configured_policy_with_what_it_learned() -> None:
+    """A pin and a swap leave the configured policy's instance aside; the unpin puts that same
+    instance back (its learned state with it) and says so; a policy the machine replaced
+    after faults is built afresh by the next unpin."""
+    ctl, lines = controller("/nonexistent")
+    ctl.apply_control({"pin": None})
+    configured = ctl.fsm.policy
+    assert isinstance(configured, ThresholdPolicy) and ctl.configured_policy is configured
+    for content in ({"pin": "PLAIN"}, {"policy": {"name": "fixed", "speculate": True}}):
+        ctl.apply_control(content)
+        assert ctl.fsm.policy is not configured
+        ctl.apply_control({"pin": None})
+        assert ctl.fsm.policy is configured
+    resumed = [x["resumed"] for x in lines if x.get("control") == "applied" and "resumed" in x]
+    assert resumed == [False, True, True]
+
+    class Raises(ThresholdPolicy):
+        def decide(self, mode: Mode, obs: Observation) -> Event | None:
+            raise RuntimeError("boom")
+
+    faulty = Raises(high=9, low=2)
+    ctl.fsm.policy = ctl.configured_policy = faulty
+    for i in range(3):
+        ctl.fsm.step(Observation(iteration=i, decode_bs=1))
+    assert ctl.fsm.policy is not faulty  # replaced by fixed PLAIN after its faults
+    ctl.apply_control({"pin": "SPECULATING"})
+    ctl.apply_control({"pin": None})
+    assert isinstance(ctl.fsm.policy, ThresholdPolicy) and ctl.fsm.policy is not faulty
+    assert lines[-1]["resumed"] is False
