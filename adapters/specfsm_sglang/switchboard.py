@@ -59,6 +59,9 @@ class PolicySwitchboard:
     #: whether the configured policy is the one deciding (so a different one there now means
     #: the machine replaced it)
     configured_active: bool
+    #: whether the start-up profile's schedule is deciding (`installed`): the control file
+    #: waits meanwhile, and a change written before or during the profile applies after it
+    holding: bool
     #: the control file (None: not watched) and how often it is polled
     control_file: str | None
     control_every: int
@@ -73,6 +76,7 @@ class PolicySwitchboard:
         self.policy_spec = cfg.policy
         self.configured_policy = self.fsm.policy
         self.configured_active = True
+        self.holding = False
         self.control_file = cfg.control_file
         self.control_every = cfg.control_every
         self._control = ControlFile(cfg.control_file or "")
@@ -85,10 +89,12 @@ class PolicySwitchboard:
         before is back afterwards, whatever happens."""
         saved = self.fsm.policy
         self.fsm.policy = policy
+        self.holding = True
         try:
             yield
         finally:
             self.fsm.policy = saved
+            self.holding = False
 
     # ------------------------------------------------------------------ the start-up profile
     def apply_profile(self, result: ProfileResult) -> None:
@@ -142,12 +148,15 @@ class PolicySwitchboard:
             self.control_poll_max_ns = dt
 
     def _poll_control(self) -> None:
-        """Re-read the control file when it changed (rank 0 reads, every TP rank applies).
+        """Re-read the control file when it changed (rank 0 reads, every TP rank applies);
+        not while the start-up profile runs (every rank holds the same: it runs on all of them).
 
         Never blocks: the file is opened only when ``os.stat`` says it is a regular file whose
         (mtime, size, inode) changed and that holds at most MAX_CONTROL_BYTES; a FIFO, a
         directory, a device or an oversized file is refused with one log line, never opened.
         """
+        if self.holding:  # a pin now would stop the profile's schedule, and be undone by it
+            return
         msg: Any = None
         if self.rank == 0:
             msg = self._control.read()

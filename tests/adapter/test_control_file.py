@@ -36,6 +36,7 @@ def controller(path: Path | str) -> tuple[Controller, list[Any]]:
     ctl.topk, ctl.spec_steps, ctl.spec_tokens = 1, 3, 4
     ctl.fsm = SpecFSM(FixedPolicy(True), RecordingActions(), log=log)
     ctl.configured_policy, ctl.configured_active = None, False  # built by the first unpin
+    ctl.holding = False
     return ctl, lines
 
 
@@ -182,3 +183,20 @@ def test_unpin_resumes_the_configured_policy_with_what_it_learned() -> None:
     ctl.apply_control({"pin": None})
     assert isinstance(ctl.fsm.policy, ThresholdPolicy) and ctl.fsm.policy is not faulty
     assert lines[-1]["resumed"] is False
+
+
+def test_a_change_waits_for_the_start_up_profile(tmp_path: Path) -> None:
+    """A pin written before or during the start-up profile is not read while the profile's
+    schedule decides (it would stop the schedule, and the profile's end would undo it); the
+    first poll after the profile applies it."""
+    path = tmp_path / "control.json"
+    path.write_text(json.dumps({"pin": "PLAIN"}))
+    ctl, lines = controller(path)
+    schedule = FixedPolicy(True)
+    with ctl.installed(schedule):
+        for _ in range(3):
+            ctl._poll_control()
+        assert ctl.fsm.policy is schedule and not [x for x in lines if "control" in x]
+    ctl._poll_control()
+    assert isinstance(ctl.fsm.policy, FixedPolicy) and ctl.fsm.policy.speculate is False
+    assert [x["control"] for x in lines if "control" in x] == ["applied"]
