@@ -86,6 +86,9 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
     # specfsm's transition log shows the variants took effect: PLAIN was entered
     log = (out / "specfsm" / "transitions-rank0.jsonl").read_text()
     assert '"dst":"PLAIN"' in log.replace(" ", ""), log[-2000:]
+    # the goodput variant is an unpin: the launched policy resumed with what it learned
+    controls = [json.loads(x) for x in log.splitlines() if '"control"' in x]
+    assert any(c.get("resumed") is True for c in controls), controls
     # a second driver into the same folder numbers its runs after the first's: nothing of the
     # first is hidden or overwritten, and the summary shows both
     again = subprocess.run(
