@@ -37,7 +37,7 @@ import summary
 import sync_report
 import torch_profile
 import traces
-from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
+from servers import SERVERS, VARIANTS, Bed, Server, flush_cache, shapes_config
 
 # accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4).
 # On the GPU the table has two contexts, so the policy prices each iteration at its mean
@@ -109,7 +109,13 @@ def warm(srv: Server, n: int = 2) -> None:
 def run_server(
     name: str, args: argparse.Namespace, bed: Bed, tr: dict[str, traces.Trace], out: Path, log: Any
 ) -> None:
-    cfg = fsm_config(args, out) if name == "specfsm" else None
+    cfg = (
+        fsm_config(args, out)
+        if name == "specfsm"
+        else shapes_config(str(out / "specfsm" / "transitions-rank{rank}.jsonl"))
+        if name == "specfsm_shapes"
+        else None
+    )
     srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
     it_dir = out / "iters" / name
     pf_dir = out / "prefill" / name

@@ -14,7 +14,10 @@ Servers (``--servers``):
   in benchmarks/gpu/sitecustomize.py: how much deferring the draft prefill can save at most),
   and ``phases`` (pinned phase by phase to the better static server's mode: the per-phase
   oracle run on one server, ``phase_pins.py``);
-- ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1).
+- ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1);
+- ``specfsm_shapes``: EAGLE launched at chain 7 with the specfsm plugin and
+  ``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN or
+  one of chains 1-7; no variants, no start-up profile).
 
 Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
 with an EAGLE draft by ``benchmarks/gpu/agree_weights.py``; paths from run_on_device.sh) and
@@ -40,11 +43,20 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVERS = ("nospec", "eagle", "specfsm", "adaptive")
+SERVERS = ("nospec", "eagle", "specfsm", "adaptive", "specfsm_shapes")
+#: the servers with the specfsm plugin on their path
+PLUGGED = ("specfsm", "specfsm_shapes")
 VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft", "phases")
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
+SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+#: the launch of ``specfsm_shapes``: the widest shape of its example (its README's command)
+CHAIN7 = {
+    "speculative_num_steps": 7,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 8,
+}
 GPU_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256]
 
 
@@ -89,6 +101,16 @@ def example_policy() -> dict[str, Any]:
     return dict(json.loads(EXAMPLE.read_text())["policy"])
 
 
+def shapes_config(log: str) -> dict[str, Any]:
+    """``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN
+    or a shape, the extra shapes' runtime states), its log at ``log`` and its control file the
+    server's own (`Server.start`)."""
+    cfg = dict(json.loads(SHAPES_EXAMPLE.read_text()))
+    cfg["log"] = log
+    cfg.pop("control_file", None)
+    return cfg
+
+
 @dataclass
 class Bed:
     """Where and how servers run: ``gpu`` or ``cpu``."""
@@ -110,6 +132,8 @@ class Bed:
             args = E.engine_args(
                 spec=spec, agree="mid", overlap=True, max_running_requests=16, max_total_tokens=8192
             )
+            if server == "specfsm_shapes":
+                args.update(CHAIN7)
             args.pop("device", None)
             args["device"] = "cpu"
             args["log_level"] = "info"
@@ -132,7 +156,7 @@ class Bed:
             if server != "nospec":
                 args["speculative_algorithm"] = "EAGLE"
                 args["speculative_draft_model_path"] = str(w / "models" / "eagle_llama8b")
-                args.update(CHAIN)
+                args.update(CHAIN7 if server == "specfsm_shapes" else CHAIN)
         if server == "adaptive":
             args["speculative_adaptive"] = True
         args["incremental_streaming_output"] = True
@@ -146,11 +170,11 @@ class Bed:
             env.update(
                 {"SPECFSM_SGLANG_CPU": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
             )
-            env["SGLANG_PLUGINS"] = "specfsm_cpu,specfsm" if server == "specfsm" else "specfsm_cpu"
-            if server == "specfsm":
+            env["SGLANG_PLUGINS"] = "specfsm_cpu,specfsm" if server in PLUGGED else "specfsm_cpu"
+            if server in PLUGGED:
                 env["SPECFSM_SKIP_DRAFT_PREFILL"] = str(self.skip_flag)
             hooked = env.get("SPECFSM_ITER_TRACE") or env.get("SPECFSM_SYNC_DEBUG")
-            if hooked or server == "specfsm":
+            if hooked or server in PLUGGED:
                 hook = self.work / "hook"
                 hook.mkdir(parents=True, exist_ok=True)
                 shutil.copy(ROOT / "benchmarks" / "gpu" / "sitecustomize.py", hook)
@@ -163,7 +187,7 @@ class Bed:
             path = env.get("SERVING_PATH_STOCK", "")
             if server == "adaptive":
                 env["SPECFSM_ADAPTIVE_GROW"] = "1"  # sitecustomize.py: the 0.5.17 start-up fix
-            if server == "specfsm":
+            if server in PLUGGED:
                 path = env.get("SERVING_PATH_PLUGIN", path)
                 env["SGLANG_PLUGINS"] = "specfsm"
                 env["SPECFSM_SKIP_DRAFT_PREFILL"] = str(self.skip_flag)
@@ -195,7 +219,7 @@ class Server:
 
     def start(self, timeout_s: float) -> None:
         env = self.bed.server_env(self.server)
-        if self.server == "specfsm":
+        if self.server in PLUGGED:
             cfg = dict(self.fsm_config or {})
             cfg.setdefault("control_file", str(self.control_path))
             self.control_path.unlink(missing_ok=True)

@@ -257,6 +257,7 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
         got["best_static"] = _best_static(got, statics)
         pairs["serve_specfsm_vs_best_static_drained"] = ("specfsm_goodput", "best_static")
         pairs["serve_specfsm_example_vs_best_static_drained"] = ("specfsm_example", "best_static")
+        pairs["serve_specfsm_shapes_vs_best_static_drained"] = ("specfsm_shapes", "best_static")
     lines += [
         _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
         for name, (a, b) in pairs.items()
@@ -374,9 +375,11 @@ def summarize(
                     " above 1 no schedule reaches it)"
                 )
             for lab in [
-                x for x in tok if x.startswith("specfsm_") and x[8:] in ("goodput", "example")
+                x
+                for x in tok
+                if x.startswith("specfsm_") and x[8:] in ("goodput", "example", "shapes")
             ]:
-                tag = "" if lab == "specfsm_goodput" else "_example"
+                tag = "" if lab == "specfsm_goodput" else "_" + lab[8:]
                 lines.append(
                     _ratio_line(
                         f"serve_specfsm{tag}_vs_best_static[{t}]", tok[lab], best, ">= 1.00"
@@ -418,6 +421,12 @@ def summarize(
     if "specfsm" in kv and "eagle" in kv:
         lines.append(
             f"serve_kv_tokens_vs_stock_server: {kv['specfsm'] / kv['eagle']:.3f} (goal >= 0.98)"
+        )
+    if "specfsm_shapes" in kv and "eagle" in kv:
+        lines.append(
+            "serve_kv_tokens_shapes_vs_stock_server: "
+            f"{kv['specfsm_shapes'] / kv['eagle']:.3f} (goal >= 0.98; launched at chain 7 with "
+            "its example's extra shapes, the stock server at chain 3)"
         )
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")

@@ -367,3 +367,47 @@ def test_the_start_up_profile_rows_are_kept_with_the_run(tmp_path: Path) -> None
     }
     args.profile = json.dumps({"bs": [1], "save": "/elsewhere/p-{rank}.csv"})
     assert serving_bench.fsm_config(args, tmp_path)["profile"]["save"] == "/elsewhere/p-{rank}.csv"
+
+
+def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
+    """``specfsm_shapes``: EAGLE launched at chain 7 with the plugin and the shapes example as
+    shipped (its own log, the bench's control file); the summary judges it like the other
+    configurations and sets its KV pool beside the stock server's."""
+    import gzip
+    import json
+
+    import servers
+
+    cfg = servers.shapes_config("/x/t-{rank}.jsonl")
+    shipped = json.loads(servers.SHAPES_EXAMPLE.read_text())
+    assert cfg["policy"] == shipped["policy"] and cfg["shapes"] == shipped["shapes"]
+    assert cfg["log"] == "/x/t-{rank}.jsonl" and "control_file" not in cfg
+    bed = servers.Bed("gpu", tmp_path)
+    assert bed.engine_args("specfsm_shapes")["speculative_num_steps"] == 7
+    assert bed.engine_args("specfsm_shapes")["speculative_num_draft_tokens"] == 8
+    assert bed.engine_args("specfsm")["speculative_num_steps"] == 3
+    assert bed.server_env("specfsm_shapes")["SGLANG_PLUGINS"] == "specfsm"
+    assert "SGLANG_PLUGINS" not in bed.server_env("eagle") or (
+        "specfsm" not in bed.server_env("eagle")["SGLANG_PLUGINS"]
+    )
+
+    light = traces.builtin("gpu", 7.0)["light"]
+    (tmp_path / "requests").mkdir()
+    recs: list[dict[str, object]] = []
+    for lab, tok, kv in (
+        ("nospec", 100.0, 110),
+        ("eagle", 90.0, 100),
+        ("specfsm_shapes", 105.0, 99),
+    ):
+        phases = [{"phase": p.label(), "tok_s": tok} for p in light.phases]
+        recs.append({"server": lab, "start_s": 1.0, "kv_tokens": kv})
+        recs.append(
+            {"server": lab, "trace": "light", "rep": 0, "tok_s": tok, "lost": 0, "phases": phases}
+        )
+        with gzip.open(tmp_path / "requests" / f"{lab}_light_rep0.jsonl.gz", "wt") as fh:
+            fh.write(json.dumps({"k": 0, "status": "done", "ids_sha": "a"}) + "\n")
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = summary.summarize(tmp_path / "runs.jsonl", {"light": light})
+    assert any(x.startswith("serve_specfsm_shapes_vs_best_static[light]: 1.050") for x in lines)
+    assert any(x.startswith("serve_specfsm_shapes_vs_phase_oracle[light]: 1.050") for x in lines)
+    assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
