@@ -109,13 +109,11 @@ def warm(srv: Server, n: int = 2) -> None:
 def run_server(
     name: str, args: argparse.Namespace, bed: Bed, tr: dict[str, traces.Trace], out: Path, log: Any
 ) -> None:
-    cfg = (
-        fsm_config(args, out)
-        if name == "specfsm"
-        else shapes_config(str(out / "specfsm" / "transitions-rank{rank}.jsonl"))
-        if name == "specfsm_shapes"
-        else None
-    )
+    cfg = None
+    if name == "specfsm":
+        cfg = fsm_config(args, out)
+    elif name == "specfsm_shapes":
+        cfg = shapes_config(str(out / "specfsm" / "transitions-rank{rank}.jsonl"))
     srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
     it_dir = out / "iters" / name
     pf_dir = out / "prefill" / name

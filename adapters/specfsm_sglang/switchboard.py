@@ -182,6 +182,9 @@ class PolicySwitchboard:
         """Pin a mode, unpin, or swap the policy, after checking the content with the config's
         schema (and a goodput policy's shape against this server's); every refusal is logged as
         specfsm.config with control=refused and the reason, every change with control=applied."""
+        if self.configured_active and self.fsm.policy is not self.configured_policy:
+            # the machine replaced the configured policy after faults: an unpin builds anew
+            self.configured_policy, self.configured_active = None, False
         try:
             change = parse_control(content)
             if change.kind == "pin":
@@ -204,8 +207,6 @@ class PolicySwitchboard:
             self._log_control("refused", str(exc), content)
             return
         resumed = change.kind == "unpin" and policy is self.configured_policy
-        if self.configured_active and self.fsm.policy is not self.configured_policy:
-            self.configured_policy = None  # the machine replaced it after faults
         self.fsm.policy = policy
         self.configured_active = change.kind == "unpin"
         if change.kind == "unpin":
@@ -223,8 +224,7 @@ class PolicySwitchboard:
         """The configured policy for an unpin: the instance that decided before (its learned
         costs and acceptance kept; its debounce and dwell run on from where they were), or,
         when the machine replaced it after faults, one built afresh."""
-        kept = self.configured_policy
-        if kept is not None and not (self.configured_active and self.fsm.policy is not kept):
-            return kept
+        if self.configured_policy is not None:
+            return self.configured_policy
         policy, _ = self._profiled_policy(self.policy_spec, "policy")
         return policy

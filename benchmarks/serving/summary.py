@@ -122,6 +122,13 @@ def fmt_reps(xs: list[float], digits: int = 3) -> str:
 
 
 STATIC = ("nospec", "eagle")
+#: the specfsm configurations judged against the best static server and the phase oracle, and
+#: the prefix of their lines
+CONFIGURATIONS = {
+    "specfsm_goodput": "serve_specfsm",
+    "specfsm_example": "serve_specfsm_example",
+    "specfsm_shapes": "serve_specfsm_shapes",
+}
 GOALS = {
     "serve_plain_vs_nospec_server": ("specfsm_plain", "nospec", ">= 0.99"),
     "serve_spec_vs_stock_server": ("specfsm_spec", "eagle", ">= 0.99"),
@@ -255,9 +262,8 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
     statics = [s for s in STATIC if s in got]
     if statics:
         got["best_static"] = _best_static(got, statics)
-        pairs["serve_specfsm_vs_best_static_drained"] = ("specfsm_goodput", "best_static")
-        pairs["serve_specfsm_example_vs_best_static_drained"] = ("specfsm_example", "best_static")
-        pairs["serve_specfsm_shapes_vs_best_static_drained"] = ("specfsm_shapes", "best_static")
+        for lab, line in CONFIGURATIONS.items():
+            pairs[f"{line}_vs_best_static_drained"] = (lab, "best_static")
     lines += [
         _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
         for name, (a, b) in pairs.items()
@@ -374,21 +380,11 @@ def summarize(
                     " (info: the oracle's tokens over all the tokens the trace's requests ask;"
                     " above 1 no schedule reaches it)"
                 )
-            for lab in [
-                x
-                for x in tok
-                if x.startswith("specfsm_") and x[8:] in ("goodput", "example", "shapes")
-            ]:
-                tag = "" if lab == "specfsm_goodput" else "_" + lab[8:]
+            for lab in [x for x in tok if x in CONFIGURATIONS]:
+                line = CONFIGURATIONS[lab]
+                lines.append(_ratio_line(f"{line}_vs_best_static[{t}]", tok[lab], best, ">= 1.00"))
                 lines.append(
-                    _ratio_line(
-                        f"serve_specfsm{tag}_vs_best_static[{t}]", tok[lab], best, ">= 1.00"
-                    )
-                )
-                lines.append(
-                    _ratio_line(
-                        f"serve_specfsm{tag}_vs_phase_oracle[{t}]", tok[lab], oracle, ">= 0.97"
-                    )
+                    _ratio_line(f"{line}_vs_phase_oracle[{t}]", tok[lab], oracle, ">= 0.97")
                 )
         lines += _drained_lines(t, by)
         if "adaptive" in tok:
