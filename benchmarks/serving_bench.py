@@ -122,7 +122,7 @@ def run_server(
     bed.env["SPECFSM_SYNC_DEBUG"] = str(out / "sync" / "flag") if args.sync_debug else ""
     say(f"{name}: starting ({' '.join(srv.argv()[3:])})")
     try:
-        srv.start(args.start_timeout)
+        srv.start(args.start_timeout, say)
     except RuntimeError as exc:
         say(f"{name}: FAILED to start: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "start_failed": str(exc)[-2000:]}) + "\n")

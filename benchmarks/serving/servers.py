@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,10 +62,33 @@ CHAIN7 = {
 GPU_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256]
 
 
+#: where a server's HTTP port is drawn: below Linux's ephemeral range (32768-60999), so that
+#: no outgoing connection (the client's, an engine's own) takes it between the draw and the bind
+PORT_RANGE = (20000, 30000)
+
+#: uvicorn's line when the port was taken after all; the process then waits without serving
+PORT_CLASH = "address already in use"
+
+#: start attempts, each on a fresh port, when the port was taken
+PORT_ATTEMPTS = 3
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, drawn from `PORT_RANGE` (the kernel's pick when none is)."""
+    for port in random.sample(range(*PORT_RANGE), 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PortClash(RuntimeError):
+    """The server could not bind its port (taken between the draw and the bind)."""
 
 
 def flags(args: dict[str, Any]) -> list[str]:
@@ -217,7 +242,21 @@ class Server:
         args = {**self.bed.engine_args(self.server), "host": "127.0.0.1", "port": self.port}
         return [sys.executable, "-m", "sglang.launch_server", *flags(args)]
 
-    def start(self, timeout_s: float) -> None:
+    def start(self, timeout_s: float, say: Callable[[str], None] = print) -> None:
+        """Launch the server and wait until it answers ``/health``; a port taken after all
+        is drawn again (said through `say`), up to `PORT_ATTEMPTS` times. RuntimeError when
+        it does not come up."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_once(timeout_s)
+                return
+            except PortClash as exc:
+                if attempt == PORT_ATTEMPTS:
+                    raise RuntimeError(f"{exc} ({attempt} ports tried)") from None
+                self.port = free_port()
+                say(f"{exc}; starting again on port {self.port}")
+
+    def _start_once(self, timeout_s: float) -> None:
         env = self.bed.server_env(self.server)
         if self.server in PLUGGED:
             cfg = dict(self.fsm_config or {})
@@ -226,6 +265,7 @@ class Server:
             env["SPECFSM_CONFIG_JSON"] = json.dumps(cfg)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
+        seen = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv(),
@@ -246,6 +286,10 @@ class Server:
                         break
             except OSError:
                 pass
+            seen, clash = self._log_says(seen, PORT_CLASH)
+            if clash:
+                self.stop()
+                raise PortClash(f"{self.server}: port {self.port} was taken ({PORT_CLASH})")
             if time.monotonic() - t0 > timeout_s:
                 self.stop()
                 raise RuntimeError(
@@ -253,6 +297,18 @@ class Server:
                 )
             time.sleep(0.5)
         self.start_s = time.monotonic() - t0
+
+    def _log_says(self, offset: int, text: str) -> tuple[int, bool]:
+        """Whether the log's lines after byte `offset` hold `text` (case-insensitive), and the
+        offset of the last whole line read (a line still being written is read next time)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            return offset, False
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        return offset + len(whole), text.encode() in whole.lower()
 
     def get(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:

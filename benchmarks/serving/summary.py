@@ -140,6 +140,10 @@ INFO = {
     # the per-phase oracle run on one server (the phases variant, phase_pins.py)
     "serve_specfsm_vs_phase_pinned": ("specfsm_goodput", "specfsm_phases"),
     "serve_specfsm_example_vs_phase_pinned": ("specfsm_example", "specfsm_phases"),
+    # beside the best static server: every repetition that ran the no-spec server, those of
+    # a machine that ran no stock EAGLE server included
+    "serve_specfsm_vs_nospec_server": ("specfsm_goodput", "nospec"),
+    "serve_specfsm_example_vs_nospec_server": ("specfsm_example", "nospec"),
 }
 
 

@@ -411,3 +411,52 @@ def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
     assert any(x.startswith("serve_specfsm_shapes_vs_best_static[light]: 1.050") for x in lines)
     assert any(x.startswith("serve_specfsm_shapes_vs_phase_oracle[light]: 1.050") for x in lines)
     assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
+
+
+_STAND_IN = """
+import http.server, socket, sys, time
+port = int(sys.argv[1])
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port))
+except OSError:
+    # what uvicorn prints when its port was taken; the process then waits without serving
+    print(f"ERROR: [Errno 98] error while attempting to bind on address "
+          f"('127.0.0.1', {port}): address already in use", flush=True)
+    time.sleep(60)
+s.close()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    """A port taken between the draw and the bind (uvicorn logs it and waits without serving)
+    is drawn again at once instead of waiting out the start-up timeout."""
+    import socket
+    import time
+
+    import servers
+
+    class StandIn(servers.Server):
+        def argv(self) -> list[str]:
+            return [sys.executable, "-c", _STAND_IN, str(self.port)]
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    srv = StandIn(servers.Bed("gpu", tmp_path), "nospec", tmp_path / "server.log")
+    srv.port = taken.getsockname()[1]
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        srv.start(60.0, said.append)
+        assert srv.port != taken.getsockname()[1]
+        assert servers.PORT_RANGE[0] <= srv.port < servers.PORT_RANGE[1]
+        assert time.monotonic() - t0 < 30.0
+        assert len(said) == 1 and "was taken" in said[0] and str(srv.port) in said[0]
+    finally:
+        srv.stop()
+        taken.close()
