@@ -13,7 +13,8 @@ Syntax (the SGLang plugin's ``policy`` key, ``SPECFSM_POLICY``, the control file
 Names (`POLICIES`):
 
 =========  =================================================================================
-threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``, ``prefills``
+threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``, ``prefills``,
+           ``prefill_step_tokens``
 goodput    ``shape`` (chainN | tree | topk,steps,draft_tokens | [topk, steps, draft_tokens]),
            ``accept_len`` (required), ``table``, ``ctx``, ``shapes`` (a list of shapes, or
            ``"chain1,chain3,4,2,16"``: choose the shape among them and PLAIN), ``profile``
@@ -110,6 +111,7 @@ POLICIES: Mapping[str, PolicyKind] = {
             "min_dwell": lambda k, v: check_int(k, v, 0),
             "signal": lambda k, v: check_choice(k, v, ("decode_bs", "running")),
             "prefills": lambda k, v: check_choice(k, v, (True, False)),
+            "prefill_step_tokens": lambda k, v: check_int(k, v, 0),
         },
         ("high", "low"),
     ),

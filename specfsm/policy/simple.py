@@ -48,6 +48,13 @@ class ThresholdPolicy(Hysteresis):
     leaves a dead band between the two, so the rule cannot thrash at a single threshold.
     Its verdict (rule ``threshold.high_bs`` / ``threshold.low_bs``, ``_running`` with
     signal="running") carries the observed load, the threshold it passed and by how much.
+
+    A prefill observation counts toward the dwell as ``prefill_tokens / prefill_step_tokens``
+    iterations (0: one, like a decode step). A burst's prefill chunks take a few hundred
+    milliseconds each, and counted as one iteration apiece they would hold SPECULATING
+    through seconds of a burst before the dwell let the load event out; 256 prompt tokens
+    is about one decode step's time for an 8B model on an H200 (23 us per prompt token, ~6 ms
+    per step at the batch sizes where the thresholds sit).
     """
 
     def __init__(
@@ -58,6 +65,7 @@ class ThresholdPolicy(Hysteresis):
         min_dwell: int = 16,
         signal: str = "decode_bs",
         prefills: bool = True,
+        prefill_step_tokens: int = 256,
     ) -> None:
         if not (isinstance(high, int) and isinstance(low, int)):
             raise ValueError(f"ThresholdPolicy: high and low must be ints, got {high!r}, {low!r}")
@@ -73,12 +81,17 @@ class ThresholdPolicy(Hysteresis):
             raise ValueError(f"ThresholdPolicy: signal must be decode_bs or running: {signal!r}")
         if not isinstance(prefills, bool):
             raise ValueError(f"ThresholdPolicy: prefills must be true or false: {prefills!r}")
+        if not isinstance(prefill_step_tokens, int) or prefill_step_tokens < 0:
+            raise ValueError(
+                f"ThresholdPolicy: prefill_step_tokens must be an int >= 0: {prefill_step_tokens!r}"
+            )
         super().__init__(debounce, min_dwell)
         #: the adapter observes before prefill forwards too (Observation.prefill_tokens > 0)
         self.sees_prefills = prefills
         self.high = high
         self.low = low
         self.signal = signal
+        self.prefill_step_tokens = prefill_step_tokens
         self._use_running = signal == "running"
         short = "running" if self._use_running else "bs"
         self._rule_low = f"threshold.low_{short}"
@@ -88,6 +101,9 @@ class ThresholdPolicy(Hysteresis):
         self._seen(mode, obs.iteration)
         if mode is _DRAINING:
             return None
+        step = self.prefill_step_tokens
+        if obs.prefill_tokens > step > 0:
+            self.credit(obs.prefill_tokens / step - 1)
         load = obs.running if self._use_running else obs.decode_bs
         plain = mode is _PLAIN
         ev = self._confirm(load <= self.low if plain else load > self.high, mode, obs.iteration)
@@ -113,6 +129,7 @@ class ThresholdPolicy(Hysteresis):
             "min_dwell": self.min_dwell,
             "signal": self.signal,
             "prefills": self.sees_prefills,
+            "prefill_step_tokens": self.prefill_step_tokens,
         }
 
 

@@ -61,6 +61,35 @@ def test_threshold_leaves_speculating_on_a_burst_of_prefills() -> None:
     assert v is not None and v.event is Event.LOAD_HIGH and v.bs == 44
 
 
+def test_threshold_dwell_counts_a_prefill_chunk_as_the_decode_steps_it_is_worth() -> None:
+    """A burst right after a return to SPECULATING: 8192-token prefill chunks, a few hundred
+    milliseconds each. Counted one iteration apiece, the dwell of 32 would hold SPECULATING
+    through 32 of them (seconds of the burst); worth 32 decode steps each, the load event
+    leaves after the debounce."""
+
+    def burst(pol: ThresholdPolicy) -> int:
+        pol.decide(Mode.SPECULATING, Observation(iteration=100, decode_bs=16, running=16))
+        for i in range(1, 64):
+            v = pol.decide(Mode.SPECULATING, prefill(100 + i, 16 + 8 * i))
+            if v is not None:
+                assert v.event is Event.LOAD_HIGH
+                return i
+        return -1
+
+    assert burst(ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=32)) == 4
+    assert burst(ThresholdPolicy(high=18, low=17, min_dwell=32, prefill_step_tokens=0)) == 32
+    # a short prompt is one iteration, as a decode step
+    pol = ThresholdPolicy(high=18, low=17, debounce=1, min_dwell=4)
+    pol.decide(Mode.SPECULATING, Observation(iteration=0, decode_bs=1))
+    got = [pol.decide(Mode.SPECULATING, prefill(i, 20, tokens=200)) for i in range(1, 6)]
+    assert [v is not None for v in got][:4] == [False, False, False, True]
+    assert make_policy({"name": "threshold", "high": 8, "low": 4}).describe()[
+        "prefill_step_tokens"
+    ] == 256
+    with pytest.raises((PolicySpecError, ValueError), match="prefill_step_tokens"):
+        make_policy({"name": "threshold", "high": 8, "low": 4, "prefill_step_tokens": -1})
+
+
 def test_goodput_prices_a_prefill_with_its_queue_and_learns_nothing_from_it() -> None:
     pol = make_policy({**GOODPUT, "price_queued": 1.0, "debounce": 1, "min_dwell": 0})
     assert isinstance(pol, GoodputPolicy)
