@@ -83,9 +83,10 @@ def test_threshold_dwell_counts_a_prefill_chunk_as_the_decode_steps_it_is_worth(
     pol.decide(Mode.SPECULATING, Observation(iteration=0, decode_bs=1))
     got = [pol.decide(Mode.SPECULATING, prefill(i, 20, tokens=200)) for i in range(1, 6)]
     assert [v is not None for v in got][:4] == [False, False, False, True]
-    assert make_policy({"name": "threshold", "high": 8, "low": 4}).describe()[
-        "prefill_step_tokens"
-    ] == 256
+    assert (
+        make_policy({"name": "threshold", "high": 8, "low": 4}).describe()["prefill_step_tokens"]
+        == 256
+    )
     with pytest.raises((PolicySpecError, ValueError), match="prefill_step_tokens"):
         make_policy({"name": "threshold", "high": 8, "low": 4, "prefill_step_tokens": -1})
 
