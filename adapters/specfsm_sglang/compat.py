@@ -327,6 +327,36 @@ def shared_attention_workspace(worker: Any) -> Iterator[None]:
             delattr(tmr, name)
 
 
+def launch_width_draft_extend() -> bool:
+    """Whether this SGLang sizes every runtime state's draft-extend CUDA graph at the launch's
+    draft tokens: its width resolver reads the server arguments (0.5.17,
+    ``spec_utils.resolve_num_tokens_per_req(server_args=...)``), which
+    `build_adaptive_runtime_state` does not override, where later versions read the
+    overridden spec bag (0.5.23)."""
+    import inspect
+
+    try:
+        from sglang.srt.speculative import spec_utils
+    except ImportError:  # no EAGLE worker can run here either
+        return False
+    fn = getattr(spec_utils, "resolve_num_tokens_per_req", None)
+    return fn is not None and "server_args" in inspect.signature(fn).parameters
+
+
+def no_dead_draft_extend_graph(draft_tokens: int, launch_draft_tokens: int) -> Any:
+    """While a state of `draft_tokens` is built, skip its draft-extend CUDA graph where SGLang
+    would capture it at the launch's width (`launch_width_draft_extend`): the runner refuses
+    every replay of another width (``can_run_graph``) and runs the draft extend eagerly, so
+    the graph (about 2.2 GiB per state for an 8B model, graphs bs 1-256, on the H200) is never
+    replayed. Without it the draft extend runs eagerly as before; the memory is saved. A
+    context manager (a null one where nothing is skipped)."""
+    if draft_tokens == launch_draft_tokens or not launch_width_draft_extend():
+        return contextlib.nullcontext()
+    from sglang.srt.environ import envs
+
+    return envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.override(True)
+
+
 def sync_free_prefill_tail(module: Any = None) -> bool:
     """Make the EAGLE worker's prefill tail tokens sync-free where this SGLang's are not.
 

@@ -6,7 +6,9 @@
 - one K-wide state per other configured shape (config ``shapes``) SPECULATING may RESHAPE to,
   built with SGLang's `build_adaptive_runtime_state` (draft / verify / draft-extend backends and
   CUDA graphs), its build time and device memory recorded for the config log line; every state
-  built here shares SGLang's attention workspace (`compat.shared_attention_workspace`); a shape of
+  built here shares SGLang's attention workspace (`compat.shared_attention_workspace`) and skips
+  a draft-extend graph SGLang would capture at the launch's width and never replay
+  (`compat.no_dead_draft_extend_graph`); a shape of
   another top-k than the server's is built and drafted through the relay (`relay`);
 - PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
 
@@ -109,6 +111,7 @@ class EngineStates:
             with (
                 relay.build_topk(self.worker, shape.topk, self.topk),
                 compat.shared_attention_workspace(self.worker),
+                compat.no_dead_draft_extend_graph(shape.draft_tokens, self.spec_tokens),
             ):
                 state = self.worker.build_adaptive_runtime_state(
                     speculative_num_steps=shape.steps,

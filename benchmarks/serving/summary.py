@@ -384,12 +384,16 @@ def summarize(
                     " (info: the oracle's tokens over all the tokens the trace's requests ask;"
                     " above 1 no schedule reaches it)"
                 )
+            # a folder without one of the static servers judges against the other alone
+            alone = [s for s in STATIC if s not in tok]
+            note = f" (no {', '.join(alone)} run: against {', '.join(statics)} alone)"
             for lab in [x for x in tok if x in CONFIGURATIONS]:
                 line = CONFIGURATIONS[lab]
-                lines.append(_ratio_line(f"{line}_vs_best_static[{t}]", tok[lab], best, ">= 1.00"))
-                lines.append(
-                    _ratio_line(f"{line}_vs_phase_oracle[{t}]", tok[lab], oracle, ">= 0.97")
-                )
+                for name, ref, goal in (
+                    (f"{line}_vs_best_static[{t}]", best, ">= 1.00"),
+                    (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97"),
+                ):
+                    lines.append(_ratio_line(name, tok[lab], ref, goal) + (note if alone else ""))
         lines += _drained_lines(t, by)
         if "adaptive" in tok:
             lines.append(

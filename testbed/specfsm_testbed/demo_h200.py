@@ -30,6 +30,7 @@ MACHINE5_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine5/"
 MACHINE6_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine6/"
 MACHINE7_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine7/"
 MACHINE8_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine8/"
+MACHINE9_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine9/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -211,10 +212,12 @@ def _report_one_machine(
         cells = _rep_cells({t: _pairs(run[t], a, b) for t in order})
         if cells:
             out.write(f"  {label}: {cells}\n")
+    # a machine without the stock EAGLE server judges against the no-spec server alone
+    versus = "best static" if all(run[t].get("eagle") for t in order) else "no-spec (no EAGLE run)"
     for server, label in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
         cells = _rep_cells({t: rep_ratios(run[t], server) for t in order})
         if cells:
-            out.write(f"  {label} vs best static: {cells}\n")
+            out.write(f"  {label} vs {versus}: {cells}\n")
     day = run.get("day", {})
     served = [v[0] for s, v in day.items() if s != "adaptive" and v]
     if served and "adaptive" in day:
@@ -248,7 +251,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "lengths first and prefills counting toward the goodput policy's dwell, 2-3 reps\n"
         "(2026-12-03); 'dec04': one machine, the runtime of dec03c, heavy and bursty, 1-2 reps\n"
         "(2026-12-04); 'dec04b': one machine, the goodput policy with its reversal guard, light\n"
-        "and bursty, 1-3 reps (2026-12-04). EAGLE: the stock server;\n"
+        "and bursty, 1-3 reps (2026-12-04); 'dec04c': one machine, the goodput policy resumed\n"
+        "with what it learned in the runs before, no stock EAGLE server, 2 reps (2026-12-04).\n"
+        "EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
     )
@@ -314,6 +319,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_one_machine(reps.get("dec03c", {}), out, "dec03c", MACHINE6_RESULTS)
     _report_one_machine(reps.get("dec04", {}), out, "dec04", MACHINE7_RESULTS, "2026-12-04")
     _report_one_machine(reps.get("dec04b", {}), out, "dec04b", MACHINE8_RESULTS, "2026-12-04")
+    _report_one_machine(reps.get("dec04c", {}), out, "dec04c", MACHINE9_RESULTS, "2026-12-04")
     out.flush()
 
 

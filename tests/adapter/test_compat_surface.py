@@ -34,3 +34,37 @@ def test_unknown_sglang_refused_in_one_line(
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("specfsm: refusing to start: sglang: specfsm ")
     assert "found 9.9.9" in err[0]
+
+
+def test_a_state_of_another_width_skips_the_draft_extend_graph_it_would_never_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where SGLang sizes every state's draft-extend graph at the launch's draft tokens (its
+    width resolver reads the server arguments, 0.5.17), a state of another width is built
+    with that graph off (the runner would refuse each replay); the launch's width, and an
+    SGLang that resolves the overridden width (0.5.23), build as before."""
+    import importlib
+    import sys
+
+    env = "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"
+    monkeypatch.delenv(env, raising=False)
+    from sglang.srt.environ import envs
+
+    def launch_width(*, phase: str, server_args: object, num_draft_tokens: int = 0) -> int:
+        return 0
+
+    def bag_width(*, phase: str, num_draft_tokens: int = 0) -> int:
+        return 0
+
+    for resolver, skips in ((launch_width, True), (bag_width, False)):
+        fake = SimpleNamespace(resolve_num_tokens_per_req=resolver)
+        monkeypatch.setitem(sys.modules, "sglang.srt.speculative.spec_utils", fake)
+        monkeypatch.setattr(
+            importlib.import_module("sglang.srt.speculative"), "spec_utils", fake, False
+        )
+        assert compat.launch_width_draft_extend() is skips
+        with compat.no_dead_draft_extend_graph(2, 8):
+            assert envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.get() is skips
+        assert envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.get() is False
+        with compat.no_dead_draft_extend_graph(8, 8):
+            assert envs.SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH.get() is False

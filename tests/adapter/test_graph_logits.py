@@ -67,6 +67,7 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
         ),
         shape_builds={},
         topk=1,
+        spec_tokens=8,
         graph_bs=None,
     )
     with pytest.raises(ConfigError) as exc:

@@ -141,6 +141,9 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert re.search(r"^dec04b\s+bursty\s+1242\s+1068\s+-\s+1246\s+1093\s+1210\s+1211$", text, re.M)
     assert "pinned SPECULATING vs EAGLE: light 1.003 0.975, bursty 1.014 1.044\n" in text
     assert "goodput vs best static: light 1.005 1.044, bursty 0.961 0.964 0.999\n" in text
+    # machine 9: the resumed goodput policy; no stock EAGLE server, so against no-spec alone
+    assert re.search(r"^dec04c\s+bursty\s+1234\s+-\s+-\s+-\s+-\s+1260\s+1140$", text, re.M)
+    assert "goodput vs no-spec (no EAGLE run): light 1.072 1.066, bursty 1.043 0.999\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
