@@ -168,11 +168,16 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
     L.speculating_chosen(cands[ib], never, False)
     reason = (
         f"goodput: {cands[ib].label()} {top:.0f} > plain {e.plain:.0f} tok/s "
-        f"x (1+{max(margin, prm.margin):g}) at bs={e.bs}, ctx={obs.mean_ctx}, "
-        f"accept_len={acc[ib]:.2f}"
+        f"{_judged(margin, bound)} at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc[ib]:.2f}"
     )
     rule = "probe-resolved" if resolving else "speculate"
     return _verdict(p, e, ev, rule, reason, acc=acc, ms=ms, bound=bound, margin=margin, chosen=ib)
+
+
+def _judged(margin: float, bound: str) -> str:
+    """How a load switch's reason says it was judged: the margin it needed (0 for a probe
+    judged on its measurement) and, for a probe, the accept lengths' upper bound."""
+    return f"x (1+{margin:g})" + (" at the accept lengths' upper bound" if bound == UPPER else "")
 
 
 def reprobe(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) -> Outcome:
@@ -309,8 +314,7 @@ def plain(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     L.plain_chosen(it, cal is not None and not cal.measured(est.off_kind, None), prm.reprobe_after)
     reason = (
         f"goodput: plain {off:.0f} > {cands[cur].label()} {now:.0f} tok/s "
-        f"x (1+{max(margin, prm.margin):g}) at bs={e.bs}, ctx={obs.mean_ctx}, "
-        f"accept_len={e.acc[cur]:.2f}"
+        f"{_judged(margin, bound)} at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={e.acc[cur]:.2f}"
     )
     rule = "probe-measured" if resolving else "plain"
     return _verdict(
