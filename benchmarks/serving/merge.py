@@ -12,13 +12,17 @@ summary names every command. LABELs keep only those servers' runs (``adaptive``,
 ``specfsm_plain``); a server record (start time, KV pool) is kept when one of its runs is.
 A folder's ``requests/`` files are copied under their new repetition numbers, so the greedy
 comparison with the no-speculation server runs on the merged folder as on a measured one;
-a run whose requests are still a folder (cut by a time limit) is left out.
+with ``--refer`` each run names its source file instead (``requests_file``, relative to the
+merged folder; the summary reads it from there), for sources kept beside the merged folder,
+so that a merge of committed folders adds no second copy of their requests. A run whose
+requests are still a folder (cut by a time limit) is left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -39,11 +43,16 @@ def _keep(label: str, labels: set[str]) -> bool:
     return not labels or label in labels
 
 
-def merge(sources: list[tuple[Path, int, set[str]]], out: Path, argv: list[str]) -> list[str]:
-    """Write ``out/runs.jsonl`` and ``out/requests/`` from the sources; one line per source.
-    The first record is the merge's own header (``argv``); a source's header is kept when a
-    record it introduced is."""
-    (out / "requests").mkdir(parents=True, exist_ok=True)
+def merge(
+    sources: list[tuple[Path, int, set[str]]], out: Path, argv: list[str], refer: bool = False
+) -> list[str]:
+    """Write ``out/runs.jsonl`` and ``out/requests/`` (``refer``: the runs' references to the
+    sources' request files instead) from the sources; one line per source. The first record
+    is the merge's own header (``argv``); a source's header is kept when a record it
+    introduced is."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not refer:
+        (out / "requests").mkdir(exist_ok=True)
     lines: list[str] = []
     said: list[str] = []
     bed = "?"
@@ -64,7 +73,12 @@ def merge(sources: list[tuple[Path, int, set[str]]], out: Path, argv: list[str])
                     continue
                 tagged["rep"] = r["rep"] + offset
                 tagged["rep_measured"] = r["rep"]
-                _copy_requests(folder, out, r, offset)
+                if refer:
+                    src = folder / "requests" / _name(r, r["rep"])
+                    if src.exists():
+                        tagged["requests_file"] = os.path.relpath(src, out)
+                else:
+                    _copy_requests(folder, out, r, offset)
             elif r.get("server") not in kept_servers or "start_failed" in r:
                 continue
             if pending is not None:
@@ -106,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("sources", nargs="+", help="DIR:OFFSET[:LABEL,LABEL...]")
+    ap.add_argument(
+        "--refer",
+        action="store_true",
+        help="name the sources' request files instead of copying them (sources kept beside)",
+    )
     args = ap.parse_args(argv)
     try:
         sources = [parse_source(s) for s in args.sources]
@@ -114,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.out / "runs.jsonl").exists():
         ap.error(f"{args.out}/runs.jsonl exists: merge into a new folder")
     argv = ["benchmarks/serving/merge.py", *(argv if argv is not None else sys.argv[1:])]
-    for line in merge(sources, args.out, argv):
+    for line in merge(sources, args.out, argv, args.refer):
         print(line)
     return 0
 

@@ -11,6 +11,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import shutil
@@ -204,11 +205,31 @@ def save_requests(rdir: Path, recs: list[dict[str, Any]]) -> None:
 
 
 def _requests(out: Path, label: str, trace: str, rep: int) -> list[dict[str, Any]]:
+    """One run's requests: its file in ``out/requests/``, else the source file a merged
+    folder's run names (``requests_file``, merge.py ``--refer``); [] when there is none."""
     path = out / "requests" / f"{label}_{trace}_rep{rep}.jsonl.gz"
+    if not path.exists():
+        runs = out / "runs.jsonl"
+        stamp = runs.stat().st_mtime_ns if runs.exists() else 0
+        path = out / _referred(out, stamp).get((label, trace, rep), "requests/none")
     if not path.exists():
         return []
     with gzip.open(path, "rt") as fh:
         return [json.loads(x) for x in fh if x.strip()]
+
+
+@functools.lru_cache(maxsize=8)
+def _referred(out: Path, stamp: int) -> dict[tuple[str, str, int], str]:
+    """(server, trace, rep) -> the request file a merged folder's run names, relative to it
+    (read once per version of its runs.jsonl, `stamp` its mtime)."""
+    refs: dict[tuple[str, str, int], str] = {}
+    path = out / "runs.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if "requests_file" in r:
+                refs[(r["server"], r["trace"], r["rep"])] = r["requests_file"]
+    return refs
 
 
 def _asked_tokens(out: Path, label: str, trace: Trace, reps: list[int]) -> dict[int, int]:

@@ -460,3 +460,32 @@ def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -
     finally:
         srv.stop()
         taken.close()
+
+
+def test_a_merge_that_refers_reads_the_sources_requests(tmp_path: Path) -> None:
+    """``merge.py --refer``: no copy of the sources' request files, each run names its own
+    (relative to the merged folder), and the summary's readers find them there."""
+    import gzip
+    import json
+
+    import merge
+
+    src = tmp_path / "machine"
+    (src / "requests").mkdir(parents=True)
+    run = {"server": "nospec", "trace": "light", "rep": 1, "tok_s": 10.0}
+    (src / "runs.jsonl").write_text(
+        json.dumps({"started": "x", "bed": "gpu"}) + "\n" + json.dumps(run) + "\n"
+    )
+    with gzip.open(src / "requests" / "nospec_light_rep1.jsonl.gz", "wt") as fh:
+        fh.write(json.dumps({"rid": "a", "output_ids": [1, 2]}) + "\n")
+    out = tmp_path / "merged"
+    merge.merge([(src, 4, set())], out, ["merge.py"], refer=True)
+    assert not (out / "requests").exists()
+    recs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    (merged,) = [r for r in recs if "trace" in r]
+    assert (
+        merged["rep"] == 5
+        and merged["requests_file"] == "../machine/requests/nospec_light_rep1.jsonl.gz"
+    )
+    assert summary._requests(out, "nospec", "light", 5) == [{"rid": "a", "output_ids": [1, 2]}]
+    assert summary._requests(out, "nospec", "light", 1) == []
