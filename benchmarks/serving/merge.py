@@ -73,12 +73,11 @@ def merge(
                     continue
                 tagged["rep"] = r["rep"] + offset
                 tagged["rep_measured"] = r["rep"]
-                if refer:
-                    src = folder / "requests" / _name(r, r["rep"])
-                    if src.exists():
-                        tagged["requests_file"] = os.path.relpath(src, out)
-                else:
-                    _copy_requests(folder, out, r, offset)
+                src = _source(folder, r)
+                if src.exists() and refer:
+                    tagged["requests_file"] = os.path.relpath(src, out)
+                elif src.exists():
+                    shutil.copyfile(src, out / "requests" / _name(r, r["rep"] + offset))
             elif r.get("server") not in kept_servers or "start_failed" in r:
                 continue
             if pending is not None:
@@ -103,17 +102,14 @@ def _name(r: dict[str, Any], rep: int) -> str:
     return f"{r['server']}_{r['trace']}_rep{rep}.jsonl.gz"
 
 
+def _source(folder: Path, r: dict[str, Any]) -> Path:
+    """The request file of run `r` in its source folder."""
+    return folder / "requests" / _name(r, r["rep"])
+
+
 def _requests_ok(folder: Path, r: dict[str, Any]) -> bool:
     """False for a run whose requests were never closed into a file (a cut call)."""
-    if r.get("from_log"):
-        return True
-    return (folder / "requests" / _name(r, r["rep"])).exists()
-
-
-def _copy_requests(folder: Path, out: Path, r: dict[str, Any], offset: int) -> None:
-    src = folder / "requests" / _name(r, r["rep"])
-    if src.exists():
-        shutil.copyfile(src, out / "requests" / _name(r, r["rep"] + offset))
+    return bool(r.get("from_log")) or _source(folder, r).exists()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import json
 import shutil
@@ -204,45 +203,28 @@ def save_requests(rdir: Path, recs: list[dict[str, Any]]) -> None:
     shutil.rmtree(rdir, ignore_errors=True)
 
 
-def _requests(out: Path, label: str, trace: str, rep: int) -> list[dict[str, Any]]:
-    """One run's requests: its file in ``out/requests/``, else the source file a merged
-    folder's run names (``requests_file``, merge.py ``--refer``); [] when there is none."""
-    path = out / "requests" / f"{label}_{trace}_rep{rep}.jsonl.gz"
-    if not path.exists():
-        runs = out / "runs.jsonl"
-        stamp = runs.stat().st_mtime_ns if runs.exists() else 0
-        path = out / _referred(out, stamp).get((label, trace, rep), "requests/none")
+def _requests(out: Path, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run's requests: the source file its record names (``requests_file``, relative to
+    ``out``: a merge with ``--refer``), else its file in ``out/requests/``; [] when none."""
+    name = f"{run['server']}_{run['trace']}_rep{run['rep']}.jsonl.gz"
+    path = out / run.get("requests_file", Path("requests") / name)
     if not path.exists():
         return []
     with gzip.open(path, "rt") as fh:
         return [json.loads(x) for x in fh if x.strip()]
 
 
-@functools.lru_cache(maxsize=8)
-def _referred(out: Path, stamp: int) -> dict[tuple[str, str, int], str]:
-    """(server, trace, rep) -> the request file a merged folder's run names, relative to it
-    (read once per version of its runs.jsonl, `stamp` its mtime)."""
-    refs: dict[tuple[str, str, int], str] = {}
-    path = out / "runs.jsonl"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            r = json.loads(line) if line.strip() else {}
-            if "requests_file" in r:
-                refs[(r["server"], r["trace"], r["rep"])] = r["requests_file"]
-    return refs
-
-
-def _asked_tokens(out: Path, label: str, trace: Trace, reps: list[int]) -> dict[int, int]:
-    """Per repetition, the output tokens all of an open-loop trace's requests ask for (a cut
-    request: the tokens before its cut); {} for a trace with a closed-loop phase, whose
-    requests depend on the server's speed."""
+def _asked_tokens(out: Path, runs: list[dict[str, Any]], trace: Trace) -> dict[int, int]:
+    """Per repetition of `runs` (one server's on `trace`), the output tokens all of an
+    open-loop trace's requests ask for (a cut request: the tokens before its cut); {} for a
+    trace with a closed-loop phase, whose requests depend on the server's speed."""
     if any(p.kind != "poisson" for p in trace.phases):
         return {}
     asked = {}
-    for i in reps:
-        recs = _requests(out, label, trace.name, i)
+    for run in runs:
+        recs = _requests(out, run)
         if recs:
-            asked[i] = sum(
+            asked[run["rep"]] = sum(
                 min(r["max_new_tokens"], r["abort_after"] or r["max_new_tokens"]) for r in recs
             )
     return asked
@@ -397,7 +379,7 @@ def summarize(
                 for j, p in enumerate(trace.phases):
                     total += p.seconds * max(run_of[(s, i)]["phases"][j]["tok_s"] for s in statics)
                 oracle[i] = total / trace.seconds
-            asked = _asked_tokens(out, statics[0], trace, reps)
+            asked = _asked_tokens(out, [run_of[(statics[0], i)] for i in reps], trace)
             if asked:
                 share = {i: oracle[i] * trace.seconds / asked[i] for i in asked}
                 lines.append(
@@ -431,13 +413,13 @@ def summarize(
                 )
         ref_lab = "nospec" if "nospec" in tok else (next(iter(tok)) if tok else None)
         if ref_lab is not None and by.get((ref_lab, t)):
-            ref_rep = min(int(r["rep"]) for r in by[(ref_lab, t)])  # its first measured run
-            ref = _requests(out, ref_lab, t, ref_rep)
+            first = min(by[(ref_lab, t)], key=lambda r: int(r["rep"]))  # its first measured run
+            ref = _requests(out, first)
             for lab in tok:
                 for r in by[(lab, t)]:
-                    if (lab, r["rep"]) == (ref_lab, ref_rep):
+                    if r is first:
                         continue
-                    c, m = greedy_mismatches(_requests(out, lab, t, r["rep"]), ref)
+                    c, m = greedy_mismatches(_requests(out, r), ref)
                     compared += c
                     mism += m
     kv = {s["server"]: s["kv_tokens"] for s in servers if s.get("kv_tokens")}

@@ -226,7 +226,7 @@ def test_phase_oracle_against_the_tokens_an_open_loop_trace_asks(tmp_path: Path)
     # the oracle: 7 s x 10 + 4 x 7 s x 1 = 98 tokens of the 110 asked
     assert any(x.startswith("serve_phase_oracle_vs_trace_tokens[day]: 0.891") for x in lines)
     heavy = traces.builtin("gpu", 7.0)["heavy"]  # closed loop: its requests hang on the server
-    assert not summary._asked_tokens(tmp_path, "nospec", heavy, [0])
+    assert not summary._asked_tokens(tmp_path, [recs[1]], heavy)
 
 
 def test_step_compare_puts_a_per_prefill_cost_after_the_prefill(tmp_path: Path) -> None:
@@ -487,5 +487,5 @@ def test_a_merge_that_refers_reads_the_sources_requests(tmp_path: Path) -> None:
         merged["rep"] == 5
         and merged["requests_file"] == "../machine/requests/nospec_light_rep1.jsonl.gz"
     )
-    assert summary._requests(out, "nospec", "light", 5) == [{"rid": "a", "output_ids": [1, 2]}]
-    assert summary._requests(out, "nospec", "light", 1) == []
+    assert summary._requests(out, merged) == [{"rid": "a", "output_ids": [1, 2]}]
+    assert summary._requests(out, {**run, "rep": 5}) == []  # no copy under out/requests/
