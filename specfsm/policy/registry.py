@@ -14,7 +14,7 @@ Names (`POLICIES`):
 
 =========  =================================================================================
 threshold  ``high``, ``low`` (required), ``debounce``, ``min_dwell``, ``signal``, ``prefills``,
-           ``prefill_step_tokens``
+           ``prefill_step_tokens``, ``prefill_debounce``
 goodput    ``shape`` (chainN | tree | topk,steps,draft_tokens | [topk, steps, draft_tokens]),
            ``accept_len`` (required), ``table``, ``ctx``, ``shapes`` (a list of shapes, or
            ``"chain1,chain3,4,2,16"``: choose the shape among them and PLAIN), ``profile``
@@ -112,6 +112,7 @@ POLICIES: Mapping[str, PolicyKind] = {
             "signal": lambda k, v: check_choice(k, v, ("decode_bs", "running")),
             "prefills": lambda k, v: check_choice(k, v, (True, False)),
             "prefill_step_tokens": lambda k, v: check_int(k, v, 0),
+            "prefill_debounce": lambda k, v: check_choice(k, v, (True, False)),
         },
         ("high", "low"),
     ),

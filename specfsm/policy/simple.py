@@ -54,7 +54,9 @@ class ThresholdPolicy(Hysteresis):
     milliseconds each, and counted as one iteration apiece they would hold SPECULATING
     through seconds of a burst before the dwell let the load event out; 256 prompt tokens
     is about one decode step's time for an 8B model on an H200 (23 us per prompt token, ~6 ms
-    per step at the batch sizes where the thresholds sit).
+    per step at the batch sizes where the thresholds sit). With `prefill_debounce` (default
+    true) the same count goes toward the debounce: one chunk past the threshold worth 4 decode
+    steps meets a debounce of 4 (false: one iteration).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class ThresholdPolicy(Hysteresis):
         signal: str = "decode_bs",
         prefills: bool = True,
         prefill_step_tokens: int = 256,
+        prefill_debounce: bool = True,
     ) -> None:
         if not (isinstance(high, int) and isinstance(low, int)):
             raise ValueError(f"ThresholdPolicy: high and low must be ints, got {high!r}, {low!r}")
@@ -85,7 +88,11 @@ class ThresholdPolicy(Hysteresis):
             raise ValueError(
                 f"ThresholdPolicy: prefill_step_tokens must be an int >= 0: {prefill_step_tokens!r}"
             )
-        super().__init__(debounce, min_dwell)
+        if not isinstance(prefill_debounce, bool):
+            raise ValueError(
+                f"ThresholdPolicy: prefill_debounce must be true or false: {prefill_debounce!r}"
+            )
+        super().__init__(debounce, min_dwell, prefill_debounce)
         #: the adapter observes before prefill forwards too (Observation.prefill_tokens > 0)
         self.sees_prefills = prefills
         self.high = high
@@ -111,10 +118,10 @@ class ThresholdPolicy(Hysteresis):
             return None
         if plain:
             rule, bound, past = self._rule_low, self.low, self.low - load
-            reason = f"{self.signal}={load} <= low={self.low} for {self.debounce} iterations"
+            reason = f"{self.signal}={load} <= low={self.low} for {self.streak_text()}"
         else:
             rule, bound, past = self._rule_high, self.high, load - self.high
-            reason = f"{self.signal}={load} > high={self.high} for {self.debounce} iterations"
+            reason = f"{self.signal}={load} > high={self.high} for {self.streak_text()}"
         self.last_reason = reason
         return rule_verdict(
             ev, rule, reason, obs, signal=self.signal, observed=load, threshold=bound, margin=past
@@ -130,6 +137,7 @@ class ThresholdPolicy(Hysteresis):
             "signal": self.signal,
             "prefills": self.sees_prefills,
             "prefill_step_tokens": self.prefill_step_tokens,
+            "prefill_debounce": self.prefill_debounce,
         }
 
 

@@ -147,7 +147,7 @@ def test_threshold_verdicts_carry_what_was_compared() -> None:
     assert high == Verdict(
         Event.LOAD_HIGH,
         "threshold.high_bs",
-        "decode_bs=40 > high=32 for 1 iterations",
+        "decode_bs=40 > high=32 for 1 iteration",
         bound=OBSERVED,
         margin=8.0,
         chosen="plain",

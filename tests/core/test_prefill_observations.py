@@ -52,20 +52,45 @@ def test_prefills_must_be_a_bool(spec: dict[str, object], message: str) -> None:
 
 
 def test_threshold_leaves_speculating_on_a_burst_of_prefills() -> None:
-    """A burst: the running batch is small but each prefill adds requests; the threshold
-    counts the prefill observations like decode ones."""
+    """A burst: the running batch is small but each prefill adds requests. One 8192-token
+    chunk past the threshold is 32 decode steps of time: the debounce of 4 is met by it."""
     pol = ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=0)
+    got = [pol.decide(Mode.SPECULATING, prefill(i, 16 + 7 * i)) for i in range(1, 6)]
+    assert [v is not None for v in got][:1] == [True]
+    v = got[0]
+    assert v is not None and v.event is Event.LOAD_HIGH and v.bs == 23
+    assert v.reason == "decode_bs=23 > high=18 for 1 iteration worth 32 decode steps"
+    # a chunk of 512 tokens is worth 2: two of them meet the debounce of 4
+    pol = ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=0)
+    got = [pol.decide(Mode.SPECULATING, prefill(i, 20, tokens=512)) for i in range(1, 4)]
+    assert [v is not None for v in got] == [False, True, False]
+    # a prefill below the threshold breaks the streak, whatever its worth
+    pol = ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=0)
+    assert pol.decide(Mode.SPECULATING, prefill(1, 20, tokens=512)) is None
+    assert pol.decide(Mode.SPECULATING, prefill(2, 10, tokens=8192)) is None
+    assert pol.decide(Mode.SPECULATING, prefill(3, 20, tokens=256)) is None
+
+
+def test_threshold_without_prefill_debounce_counts_each_prefill_once() -> None:
+    pol = ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=0, prefill_debounce=False)
     got = [pol.decide(Mode.SPECULATING, prefill(i, 16 + 7 * i)) for i in range(1, 6)]
     assert [v is not None for v in got] == [False, False, False, True, False]
     v = got[3]
     assert v is not None and v.event is Event.LOAD_HIGH and v.bs == 44
+    assert v.reason == "decode_bs=44 > high=18 for 4 iterations"
+    spec = {"name": "threshold", "high": 8, "low": 4}
+    assert make_policy(spec).describe()["prefill_debounce"] is True
+    assert make_policy({**spec, "prefill_debounce": False}).describe()["prefill_debounce"] is False
+    with pytest.raises((PolicySpecError, ValueError), match="prefill_debounce"):
+        make_policy({**spec, "prefill_debounce": 1})
 
 
 def test_threshold_dwell_counts_a_prefill_chunk_as_the_decode_steps_it_is_worth() -> None:
     """A burst right after a return to SPECULATING: 8192-token prefill chunks, a few hundred
     milliseconds each. Counted one iteration apiece, the dwell of 32 would hold SPECULATING
     through 32 of them (seconds of the burst); worth 32 decode steps each, the load event
-    leaves after the debounce."""
+    leaves at the first chunk past the threshold (the debounce counts them so too), or after
+    the debounce's 4 chunks without `prefill_debounce`."""
 
     def burst(pol: ThresholdPolicy) -> int:
         pol.decide(Mode.SPECULATING, Observation(iteration=100, decode_bs=16, running=16))
@@ -76,7 +101,8 @@ def test_threshold_dwell_counts_a_prefill_chunk_as_the_decode_steps_it_is_worth(
                 return i
         return -1
 
-    assert burst(ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=32)) == 4
+    assert burst(ThresholdPolicy(high=18, low=17, debounce=4, min_dwell=32)) == 1
+    assert burst(ThresholdPolicy(high=18, low=17, min_dwell=32, prefill_debounce=False)) == 4
     assert burst(ThresholdPolicy(high=18, low=17, min_dwell=32, prefill_step_tokens=0)) == 32
     # a short prompt is one iteration, as a decode step
     pol = ThresholdPolicy(high=18, low=17, debounce=1, min_dwell=4)
@@ -257,3 +283,37 @@ def test_prefill_steps_are_the_chunk_time_over_the_measured_decode_step() -> Non
     assert pol.est.prefill_steps(prefill(2, 8, tokens=5000)) == pytest.approx(9.0)
     assert pol.est.prefill_steps(prefill(2, 8, tokens=200)) == 0.0  # under one step
     assert pol.est.prefill_steps(_decode(3, 8, 10.0)) == 0.0
+
+
+def _burst_onset(prefill_debounce: bool) -> tuple[int, GoodputPolicy]:
+    """SPECULATING at a small batch on a quiet GPU (decodes of 8 ms), then a burst of
+    3000-token prefills, as on the H200's bursty trace: the number of chunks until LOAD_HIGH."""
+    pol = make_policy(
+        {**PRESSURE, "debounce": 4, "min_dwell": 32, "prefill_debounce": prefill_debounce}
+    )
+    assert isinstance(pol, GoodputPolicy)
+    for i in range(1, 65):
+        assert pol.decide(Mode.SPECULATING, _decode(i, 4, 8.0)) is None, pol.last_reason
+    for k in range(1, 41):
+        v = pol.decide(Mode.SPECULATING, prefill(64 + k, 4 + k, tokens=3000))
+        if v is not None:
+            assert v.event is Event.LOAD_HIGH
+            return k, pol
+    raise AssertionError(f"no LOAD_HIGH in 40 chunks: {pol.last_reason}")
+
+
+def test_prefill_chunks_count_toward_the_debounce_as_the_decode_steps_they_take() -> None:
+    """A 3000-token chunk is ~8.6 decode steps of 8 ms: once the share prices PLAIN above
+    speculation, the first chunk meets the debounce of 4; counted one each, four chunks
+    (0.3-0.5 s of a burst on the H200) pass before the load event, every one of them a
+    speculative prefill."""
+    fast, on = _burst_onset(True)
+    slow, off = _burst_onset(False)
+    assert slow == fast + 3, (fast, slow)
+    v = on.last_verdict
+    assert v is not None and "debounce met in 1 iteration worth 9 decode steps" in v.reason
+    w = off.last_verdict
+    assert w is not None and "debounce met" not in w.reason
+    assert make_policy(PRESSURE).describe()["prefill_debounce"] is True
+    with pytest.raises(ValueError, match="prefill_debounce must be true or false"):
+        make_policy({**PRESSURE, "prefill_debounce": "yes"})

@@ -48,7 +48,9 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     profile): its series override the table's as the calibration's prior. ``calibrate`` (bool,
     default true): refine the costs online from the measured step times. ``prefills`` (bool, default
     true): decide before prefill forwards too, on the requests decoding once the prefill is done
-    (and the queue, with ``price_queued``). Raises ValueError with
+    (and the queue, with ``price_queued``). ``prefill_debounce`` (bool, default true): with the
+    prefill pressure on, a prefill chunk counts toward ``debounce`` as the decode steps its time
+    is worth (false: one iteration). Raises ValueError with
     the reason on anything missing, unknown or invalid.
     """
     if not isinstance(args, Mapping):
@@ -62,6 +64,7 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
         "profile",
         "calibrate",
         "prefills",
+        "prefill_debounce",
         *_KEYWORDS,
     }
     unknown = sorted(set(args) - known)
@@ -106,6 +109,12 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     if not isinstance(prefills, bool):
         raise ValueError(f"goodput policy: prefills must be true or false, got {prefills!r}")
     kwargs["prefills"] = prefills
+    prefill_debounce = args.get("prefill_debounce", True)
+    if not isinstance(prefill_debounce, bool):
+        raise ValueError(
+            f"goodput policy: prefill_debounce must be true or false, got {prefill_debounce!r}"
+        )
+    kwargs["prefill_debounce"] = prefill_debounce
     profile: CostTable | None = None
     if "profile" in args:
         name = args["profile"]

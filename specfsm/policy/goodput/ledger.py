@@ -44,8 +44,9 @@ class Ledger(Hysteresis):
         margin: float = 0.0,
         max_margin: float = 0.0,
         reversal_window: int = 0,
+        prefill_debounce: bool = True,
     ) -> None:
-        super().__init__(debounce, min_dwell)
+        super().__init__(debounce, min_dwell, prefill_debounce)
         self.base_margin = margin
         self.max_margin = max_margin
         self.reversal_window = reversal_window
@@ -84,11 +85,8 @@ class Ledger(Hysteresis):
 
     def idle(self) -> None:
         """Nothing decoded: no streak counts through it."""
-        self._streak = 0
+        self.reset_streak()
         self.shape_streak = 0
-
-    def reset_streak(self) -> None:
-        self._streak = 0
 
     def confirm(self, past: bool, mode: Mode, iteration: int, measured_any: bool) -> Event | None:
         """The load event toward the other side once `past` held long enough. A probe leaves
@@ -98,10 +96,11 @@ class Ledger(Hysteresis):
         plain = mode is Mode.PLAIN
         probing = (not plain and self.probe) or (plain and self.probe_plain)
         if probing and not measured_any:
-            self._streak = 0
+            self.reset_streak()
             return None
         if past and (self.initial or probing):
-            self._streak = 0
+            self.reset_streak()
+            self.fired = (1, 1.0)
             return TOWARD[(mode, Mode.SPECULATING if plain else Mode.PLAIN)]
         return self._confirm(past, mode, iteration)
 

@@ -76,6 +76,9 @@ class GoodputParams:
     prefill_extra: float = 0.1
     #: weight of one observation in the prefill and decode time averages
     prefill_ema: float = 0.05
+    #: with the pressure on, a prefill iteration past the threshold also counts toward
+    #: `debounce` as the decode steps its time is worth (false: one iteration)
+    prefill_debounce: bool = True
     #: a load switch within this many iterations of the one before doubles the margin the
     #: next needs (up to `max_margin`); each such stretch without one halves it back (0: off)
     reversal_window: int = 0
@@ -144,5 +147,5 @@ class GoodputParams:
 KEYWORDS: dict[str, type] = {
     f.name: str if f.name == "plain" else type(f.default)
     for f in attrs.fields(GoodputParams)
-    if f.name not in ("accept_len", "shapes", "calibrate", "prefills")
+    if f.name not in ("accept_len", "shapes", "calibrate", "prefills", "prefill_debounce")
 }

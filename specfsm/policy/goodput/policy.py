@@ -65,6 +65,7 @@ class GoodputPolicy:
             margin=p.margin,
             max_margin=p.max_margin,
             reversal_window=p.reversal_window,
+            prefill_debounce=p.prefill_debounce,
         )
         self.cur = self.est.index[cost.shape]  # the machine's current shape (index)
         self._rules = SHAPE_RULES if self.est.shapes else ONOFF_RULES

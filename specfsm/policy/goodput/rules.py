@@ -120,6 +120,9 @@ def _verdict(
             f", prefill share {p.est.share:.2f} (speculative prices x "
             f"{p.est.pressure_factor():.3f})"
         )
+        n, worth = p.ledger.fired
+        if worth > n and (event is Event.LOAD_HIGH or event is Event.LOAD_LOW):
+            reason += f", debounce met in {p.ledger.streak_text()}"
     return Verdict(
         event,
         f"goodput.{rule}",
