@@ -27,12 +27,24 @@ not keep it there for good.
 
 `StepCalibration`: measured / predicted step time per (kind, shape) and log2 batch-size bucket
 (`per_octave` buckets per doubling), an EMA (the first measurement of a key sets it); between
-the observed buckets of a key linear in log2(bs), flat outside them. A speculative shape never
-measured is interpolated in log2(verify width) between the measured speculative shapes and
-the measured plain step as width 1 (flat outside them); `optimistic`, it takes the smallest
-of the measured shapes' factors x (1 - `probe_discount`). The policy prices leaving
-SPECULATING for PLAIN with the first, and its choice among shapes and leaving PLAIN with the
-second (at most one probe per never-measured shape; optimism under
+the observed buckets of a key linear in log2(bs), flat outside them. A step is a smooth
+function of the batch size, and one interval far off its neighbours is a stall (a first-seen
+kernel compiling, a prefill's GPU time landing in a decode interval), not the step: once a key
+has a factor, a measurement at a bucket that has one is clipped to within `clip` x it, and the
+first measurement of a new bucket, when it is more than `clip` x off the key's factor there
+(interpolated), is held until the bucket's second, which starts the bucket with whichever of
+the two is nearer that factor. On the H200 the first chain-3 interval at bs 2, 94 ms, set
+that bucket's factor to 11.4 beside profiled neighbours at 1.0; the goodput policy then priced
+speculation at 2 requests at 5-11x its step for minutes and left SPECULATING there five times
+per run, where the next intervals measured 8.1-8.6 ms. A real step that differs from its
+neighbours by more than `clip` (a table fitted at another context) still starts its bucket at
+the second measurement and moves the factor by the EMA.
+
+A speculative shape never measured is interpolated in log2(verify width) between the measured
+speculative shapes and the measured plain step as width 1 (flat outside them); `optimistic`,
+it takes the smallest of the measured shapes' factors x (1 - `probe_discount`). The policy
+prices leaving SPECULATING for PLAIN with the first, and its choice among shapes and leaving
+PLAIN with the second (at most one probe per never-measured shape; optimism under
 uncertainty: a shape that may be `probe_discount` cheaper than the cheapest measured one gets
 tried, one step measures it, and the policy leaves it after one iteration when it was no
 better, instead of never trying a better shape priced with another shape's factor: how a GPU
@@ -241,10 +253,16 @@ class StepCalibration:
         per_octave: int = 2,
         tolerance: float = 0.01,
         probe_discount: float = 0.1,
+        clip: float = 4.0,
     ) -> None:
         if not 0.0 < ema <= 1.0:
             raise ValueError(f"StepCalibration: ema must be in (0, 1]: {ema}")
+        if clip != 0.0 and clip <= 1.0:
+            raise ValueError(f"StepCalibration: clip must be > 1 (0: off): {clip}")
         self.ema = ema
+        self.clip = clip
+        #: a new bucket's first measurement, held while it is more than `clip` off (key, bucket)
+        self._held: dict[tuple[tuple[str, DraftShape | None], int], float] = {}
         self.per_octave = per_octave
         self.tolerance = tolerance
         self.probe_discount = probe_discount
@@ -281,7 +299,32 @@ class StepCalibration:
             return
         b = self.bucket(bs)
         self.samples += 1
-        self._update((kind, shape), b, ratio)
+        key = (kind, shape)
+        if self.clip:
+            ratio = self._robust(key, b, bs, ratio)
+            if ratio <= 0.0:
+                return
+        self._update(key, b, ratio)
+
+    def _robust(self, key: tuple[str, DraftShape | None], b: int, bs: int, ratio: float) -> float:
+        """`ratio` clipped to within `clip` x the bucket's factor, or for a new bucket the
+        measurement to start it with (0.0: held, see the module docstring)."""
+        by = self._f.get(key)
+        if by is None:
+            return ratio  # the key's first measurement: nothing to compare it with
+        old = by.get(b)
+        c = self.clip
+        if old is not None:
+            return min(max(ratio, old / c), old * c)
+        near = self._at(key, bs)
+        assert near is not None
+        held = self._held.pop((key, b), None)
+        if held is None:
+            if near / c <= ratio <= near * c:
+                return ratio
+            self._held[(key, b)] = ratio
+            return 0.0
+        return min(held, ratio, key=lambda r: abs(math.log(r / near)))
 
     def _at(self, key: tuple[str, DraftShape | None], bs: float) -> float | None:
         bl = self._b.get(key)

@@ -38,7 +38,7 @@ def goodput_from_args(args: Mapping[str, Any]) -> GoodputPolicy:
     GoodputPolicy's keyword parameters ``ema_alpha``, ``margin``, ``debounce``, ``min_dwell``,
     ``horizon``, ``lag_cap``, ``relax_half_life``, ``ctx_bucket``, ``plain`` ("zero_tax", the
     default and the adapter's default PLAIN, or "warm": it must name the PLAIN the server runs),
-    ``shape_margin``, ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``depth_ema``,
+    ``shape_margin``, ``shape_debounce``, ``shape_dwell``, ``cal_ema``, ``cal_clip``, ``depth_ema``,
     ``shape_z``, ``probe_z``, ``reprobe_after``, ``reprobe_max``, ``reprobe_len``,
     ``reprobe_evidence``, ``price_queued``, ``prefill_ms_per_token``, ``prefill_extra``,
     ``prefill_ema`` (the prefill pressure, docs/policies.md). ``shapes`` (a list of shapes, or

@@ -152,7 +152,7 @@ class Estimator:
             relax_half_life=hl,
         )
         self.calibration: StepCalibration | None = (
-            StepCalibration(ema=p.cal_ema) if p.calibrate else None
+            StepCalibration(ema=p.cal_ema, clip=p.cal_clip) if p.calibrate else None
         )
         self._cal_seen = 0
         self._last_ctx = 0  # the mean_ctx of the previous iteration (the step measured now)

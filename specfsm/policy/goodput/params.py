@@ -55,6 +55,9 @@ class GoodputParams:
     shape_debounce: int = 8
     shape_dwell: int = 128
     cal_ema: float = 0.1
+    #: a measured step counts at most this many times the calibration's factor at its batch
+    #: size, and a bucket's first one starts from that factor (0: off; `StepCalibration`)
+    cal_clip: float = 4.0
     depth_ema: float = 0.003
     shape_z: float = 3.0
     probe_z: float = 2.0
@@ -127,6 +130,8 @@ class GoodputParams:
             )
         if self.relax_half_life < 0:
             raise ValueError(f"GoodputPolicy: relax_half_life must be >= 0: {self.relax_half_life}")
+        if self.cal_clip != 0.0 and self.cal_clip <= 1.0:
+            raise ValueError(f"GoodputPolicy: cal_clip must be > 1 (0: off): {self.cal_clip}")
         if not 0.0 < self.cal_ema <= 1.0 or not 0.0 < self.depth_ema <= 1.0:
             raise ValueError(f"GoodputPolicy: cal_ema, depth_ema must be in (0, 1]: {self.cal_ema}")
 

@@ -1,0 +1,126 @@
+"""benchmarks/serving/onset_replay.py: a served run's iterations, rebuilt from its iteration trace
+and transition log, through a policy of today's code: the logged spec reproduces the recorded
+switch, a variant moves it, and a replayed switch the run did not make is counted."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
+
+import onset_replay
+
+T0 = 1_000.0
+THRESHOLD = {"name": "threshold", "high": 18, "low": 17, "debounce": 4, "min_dwell": 0}
+
+
+def _iter_rows() -> list[list[Any]]:
+    """Decodes at bs 4 (10 ms apart), then a burst: 3000-token prefills 80 ms apart, each
+    adding two requests (decode_bs 20 after the first)."""
+    rows: list[list[Any]] = [[T0 + 0.01 * i, "D", 4, 0, 0, 4, 9000] for i in range(100)]
+    t = T0 + 1.0
+    for k in range(8):
+        rows.append([t, "E", 2, 3000, 1, 18 + 2 * k, 8000])
+        t += 0.08
+    return rows
+
+
+def _log(switch_at: float | None) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = [
+        {"event": "specfsm.config", "ts": T0 - 5.0, "iteration": 0, "policy": {"policy": "fixed"}},
+        {"event": "specfsm.config", "ts": T0 - 1.0, "request": {"policy": THRESHOLD}},
+    ]
+    if switch_at is not None:
+        lines.append(
+            {
+                "event": "specfsm.transition",
+                "ts": switch_at,
+                "src": "SPECULATING",
+                "dst": "DRAINING",
+                "trigger": "LOAD_HIGH",
+                "bs": 26,
+            }
+        )
+    return lines
+
+
+def _tgz(path: Path, log: list[dict[str, Any]]) -> Path:
+    files = {
+        "./specfsm/transitions-rank0.jsonl": "".join(json.dumps(x) + "\n" for x in log),
+        "./iters/specfsm/iter-7.jsonl": "".join(json.dumps(r) + "\n" for r in _iter_rows()),
+    }
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _runs(path: Path) -> Path:
+    run = {"server": "specfsm_example", "trace": "bursty", "rep": 0, "t0": T0, "tok_s": 100.0}
+    path.write_text(json.dumps({"started": "x"}) + "\n" + json.dumps(run) + "\n")
+    return path
+
+
+def test_the_logged_spec_reproduces_the_switch_and_a_variant_moves_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    # the recorded switch: decided inside the iteration of the 4th prefill past high (decode_bs
+    # 24, launched at 1.24 s), before its forward
+    tgz = _tgz(tmp_path / "t.tgz", _log(T0 + 1.2401))
+    argv = ["--runs", str(_runs(tmp_path / "runs.jsonl")), "--tgz", str(tgz), "--window-s", "3"]
+    onset_replay.main(
+        [
+            *argv,
+            "--variant",
+            "prefill_debounce=false",
+            "--variant",
+            "threshold:prefill_debounce=true",
+        ]
+    )
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if s.startswith("  SPECULATING->DRAINING"))
+    assert "at 1.24 s (bs 26)" in line
+    # counted one iteration each, the 4th prefill past high=18; counted as its ~12 decode
+    # steps, the 1st: 0.24 s earlier, the 2nd and 3rd prompts not prefilled while SPECULATING
+    assert "prefill_debounce=false 1.24 (+0.00 s, 0 prompt tokens)" in line
+    assert "prefill_debounce=true 1.00 (-0.24 s, 6000 prompt tokens)" in line
+    summary = "summary[threshold][prefill_debounce=true]: 1 of 1 recorded switches replayed"
+    assert f"{summary}, 0.24 s earlier" in out
+    assert "0 switches the runs did not make" in out
+
+
+def test_a_switch_the_run_did_not_make_is_counted(tmp_path: Path, capsys: Any) -> None:
+    tgz = _tgz(tmp_path / "t.tgz", _log(None))
+    runs = _runs(tmp_path / "runs.jsonl")
+    onset_replay.main(["--runs", str(runs), "--tgz", str(tgz), "--window-s", "3"])
+    out = capsys.readouterr().out
+    assert "switches the run did not make: this code at 1.00" in out
+    assert "summary[threshold][this code]: 0 of 0 recorded switches replayed" in out
+    assert "1 switches the runs did not make" in out
+
+
+def test_pins_and_unpins_pick_the_policy_in_force() -> None:
+    log = [
+        {
+            "event": "specfsm.config",
+            "ts": 1.0,
+            "policy": {"policy": "threshold", "high": 8, "low": 4},
+        },
+        {"event": "specfsm.config", "ts": 2.0, "request": {"pin": "PLAIN"}},
+        {"event": "specfsm.config", "ts": 3.0, "request": {"pin": None}},
+    ]
+    b = onset_replay.Bundle(log, [[0.5, "D", 1, 0, 0, 1, 1]], None)
+    assert b.policy_at(2.5) is None
+    found = b.policy_at(4.0)
+    assert found is not None
+    spec, periods = found
+    assert spec == {"name": "threshold", "high": 8, "low": 4}
+    assert periods == [(1.0, 2.0), (3.0, 4.0)]
