@@ -267,12 +267,17 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
     ]
     pairs = {f"{k}_drained": (a, b) for k, (a, b, _) in GOALS.items()}
     statics = [s for s in STATIC if s in got]
+    note = ""
     if statics:
         got["best_static"] = _best_static(got, statics)
         for lab, line in CONFIGURATIONS.items():
             pairs[f"{line}_vs_best_static_drained"] = (lab, "best_static")
+        alone = [s for s in STATIC if s not in got]
+        if alone:  # as the window's best-static lines say it
+            note = f" (no {', '.join(alone)} run: against {', '.join(statics)} alone)"
     lines += [
         _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
+        + (note if b == "best_static" else "")
         for name, (a, b) in pairs.items()
         if a in got and b in got
     ]

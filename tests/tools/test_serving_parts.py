@@ -316,6 +316,16 @@ def test_drained_figures_count_every_token_to_the_last_request(tmp_path: Path) -
         " (goal none: info)"
     ) in lines
     assert not any(x.startswith("serve_plain_vs_nospec_server_drained") for x in lines)
+    # without a stock EAGLE run the drained best-static line says so, as the window's does
+    kept = [r for r in recs if r["server"] != "eagle"]
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    lines = summary.summarize(
+        tmp_path / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
+    )
+    assert (
+        "serve_specfsm_vs_best_static_drained[heavy]: 0.990 (reps 0.990; spread 0.0%)"
+        " (goal none: info) (no eagle run: against nospec alone)"
+    ) in lines
 
 
 def test_switches_of_a_run_are_its_load_transitions_inside_its_window(tmp_path: Path) -> None:
