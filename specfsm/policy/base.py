@@ -10,7 +10,7 @@ few hundred-millisecond iterations would otherwise hold a mode for seconds. With
 `prefill_debounce` the same credit counts toward the debounce: the debounce filters a load
 that crossed for a few decode steps' time, and one 8192-token chunk past the threshold is
 already ~30 of them; counted as one iteration, the debounce held SPECULATING through the first
-four chunks of a burst (0.3-0.5 s on the H200), slowing the burst's prefills. The base then
+four chunks of a burst (0.3-0.6 s on the H200), slowing the burst's prefills. The base then
 names the mode to aim for (the other side: SPECULATING from PLAIN, PLAIN from SPECULATING or
 RESYNCING) and the table (`TOWARD`) turns it into the load event; a policy never writes a
 transition itself.

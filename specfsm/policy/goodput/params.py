@@ -55,8 +55,9 @@ class GoodputParams:
     shape_debounce: int = 8
     shape_dwell: int = 128
     cal_ema: float = 0.1
-    #: a measured step counts at most this many times the calibration's factor at its batch
-    #: size, and a bucket's first one starts from that factor (0: off; `StepCalibration`)
+    #: a measured step counts at most this many times its bucket's calibration factor, and a
+    #: new bucket's first one that far off the factor there waits for the second (0: off;
+    #: `StepCalibration`)
     cal_clip: float = 4.0
     depth_ema: float = 0.003
     shape_z: float = 3.0
