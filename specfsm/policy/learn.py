@@ -35,8 +35,8 @@ first measurement of a new bucket, when it is more than `clip` x off the key's f
 (interpolated), is held until the bucket's second, which starts the bucket with whichever of
 the two is nearer that factor. On the H200 the first chain-3 interval at bs 2, 94 ms, set
 that bucket's factor to 11.4 beside profiled neighbours at 1.0; the goodput policy then priced
-speculation at 2 requests at 5-11x its step for minutes and left SPECULATING there five times
-per run, where the next intervals measured 8.1-8.6 ms. A real step that differs from its
+speculation at 2 requests at 5-11x its step for minutes and left SPECULATING there four times
+per bursty run, where the next intervals measured 8.1-8.6 ms. A real step that differs from its
 neighbours by more than `clip` (a table fitted at another context) still starts its bucket at
 the second measurement and moves the factor by the EMA.
 
