@@ -124,3 +124,39 @@ def test_pins_and_unpins_pick_the_policy_in_force() -> None:
     spec, periods = found
     assert spec == {"name": "threshold", "high": 8, "low": 4}
     assert periods == [(1.0, 2.0), (3.0, 4.0)]
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results"
+
+
+def test_machine_9s_served_runs_replay_their_switches_and_this_code_drops_the_stalls(
+    capsys: Any,
+) -> None:
+    """The committed H200 records of machine 9 (2026-12-04): with the code they were served
+    with, the threshold policy's switches replay to the iteration and the goodput policy's
+    switch at 2 requests (a warm-up stall in its calibration) at its time; with this code
+    the goodput policy makes none at 2 requests."""
+    folder = RESULTS / "2026-12-04_serving"
+    served = "threshold:prefill_step_tokens=0,prefill_debounce=false;"
+    served += "goodput:prefill_debounce=false,cal_clip=0"
+    onset_replay.main(
+        [
+            "--runs",
+            str(folder / "runs.jsonl"),
+            "--tgz",
+            str(folder / "2026-12-04_machine9" / "traces_logs_machine9.tgz"),
+            "--trace",
+            "bursty",
+            "--variant",
+            served,
+            "--variant",
+            "none",
+        ]
+    )
+    out = capsys.readouterr().out
+    threshold = "summary[threshold][prefill_step_tokens=0,prefill_debounce=false]: 8 of 8"
+    assert f"{threshold} recorded switches replayed, 0.00 s earlier" in out
+    at_two = [s for s in out.splitlines() if s.startswith("  SPECULATING->DRAINING at 2.13 s")]
+    assert len(at_two) == 2  # the two goodput runs
+    assert "prefill_debounce=false,cal_clip=0 2.13 (+0.00 s" in at_two[0]
+    assert all(s.endswith("this code none") for s in at_two)
