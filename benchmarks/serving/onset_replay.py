@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specfsm_sglang import flight
 from specfsm_sglang.profile_schedule import seed_calibration
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,14 +61,6 @@ from specfsm.policy.registry import make_policy
 
 #: the load events, by the mode they leave
 LEAVES = {Mode.SPECULATING: Event.LOAD_HIGH, Mode.PLAIN: Event.LOAD_LOW}
-#: what a decode forward in each mode runs, as the adapter names it (`flight.step_kind`, with
-#: zero-tax PLAIN)
-STEP_KINDS = {
-    Mode.SPECULATING: "spec",
-    Mode.PLAIN: "plain",
-    Mode.RESYNCING: "resync",
-    Mode.DRAINING: "warm",
-}
 
 
 def observations(
@@ -127,7 +120,7 @@ def observations(
         yield t, mode, obs, 0
         # the mode this forward ran in: after the decision taken before it
         after = b.mode_at(b.row_ts[k + 1] - 1e-6) if k + 1 < len(b.rows) else mode
-        prev = (t, bs, STEP_KINDS.get(after, ""))
+        prev = (t, bs, flight.step_kind(after, zero_tax=True))
 
 
 def replay(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specfsm.fsm.table import Mode
+from specfsm.model.tables import load_table
 
 #: the accept lengths a SPECULATING iteration is given: the verifies logged in this many seconds
 #: before it, pooled (the log samples one iteration in `observe_every`, too few alone)
@@ -145,10 +146,5 @@ def load_bundles(tgz: Path) -> list[Bundle]:
 
 
 def profile_rows(path: str) -> list[tuple[str, int, int, int, float]]:
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        if line.startswith("#") or line.startswith("model,") or not line.strip():
-            continue
-        model, bs, q, ctx, ms = line.split(",")
-        rows.append((model, int(bs), int(q), int(ctx), float(ms)))
-    return rows
+    """The start-up profile's rows (a cost CSV, `specfsm.model.tables`)."""
+    return load_table(path).rows

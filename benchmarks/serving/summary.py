@@ -251,6 +251,13 @@ def _best_static(vals: dict[str, dict[int, float]], statics: list[str]) -> dict[
     return {i: max(vals[s][i] for s in statics) for i in reps}
 
 
+def _alone_note(statics: list[str]) -> str:
+    """What a best-static line adds when one of the static servers did not run: the folder
+    judges against the other alone ("" with both)."""
+    alone = [s for s in STATIC if s not in statics]
+    return f" (no {', '.join(alone)} run: against {', '.join(statics)} alone)" if alone else ""
+
+
 def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     """Tokens of the finished requests over the time to the last one's end, and the goal
     ratios on it (info: the window's figure is the goal's). It counts every token whenever it
@@ -272,9 +279,7 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
         got["best_static"] = _best_static(got, statics)
         for lab, line in CONFIGURATIONS.items():
             pairs[f"{line}_vs_best_static_drained"] = (lab, "best_static")
-        alone = [s for s in STATIC if s not in got]
-        if alone:  # as the window's best-static lines say it
-            note = f" (no {', '.join(alone)} run: against {', '.join(statics)} alone)"
+        note = _alone_note(statics)
     lines += [
         _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
         + (note if b == "best_static" else "")
@@ -392,16 +397,14 @@ def summarize(
                     " (info: the oracle's tokens over all the tokens the trace's requests ask;"
                     " above 1 no schedule reaches it)"
                 )
-            # a folder without one of the static servers judges against the other alone
-            alone = [s for s in STATIC if s not in tok]
-            note = f" (no {', '.join(alone)} run: against {', '.join(statics)} alone)"
+            note = _alone_note(statics)
             for lab in [x for x in tok if x in CONFIGURATIONS]:
                 line = CONFIGURATIONS[lab]
                 for name, ref, goal in (
                     (f"{line}_vs_best_static[{t}]", best, ">= 1.00"),
                     (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97"),
                 ):
-                    lines.append(_ratio_line(name, tok[lab], ref, goal) + (note if alone else ""))
+                    lines.append(_ratio_line(name, tok[lab], ref, goal) + note)
         lines += _drained_lines(t, by)
         if "adaptive" in tok:
             lines.append(
