@@ -284,10 +284,12 @@ class Controller(PolicySwitchboard):
         fl.prev_t = now
         fl.prev_bs = bs
         if mode is Mode.SPECULATING:
-            fl.prev_shape, fl.prev_kind = fsm.shape, "spec"
+            shape, kind = fsm.shape, "spec"
         else:
-            fl.prev_shape = None
-            fl.prev_kind = step_kind(mode, self.zero_tax is not None)
+            shape, kind = None, step_kind(mode, self.zero_tax is not None)
+        if kind != fl.prev_kind or (shape is not fl.prev_shape and shape != fl.prev_shape):
+            fl.step_changed()
+        fl.prev_shape, fl.prev_kind = shape, kind
         sub = self._subject
         sub.batch = batch
         if observers:

@@ -17,6 +17,13 @@
   time, and it is not reported either (on the H200 such intervals priced a zero-tax PLAIN step
   at bs 128 at 1.3x its cost and a chain-3 step at bs 56 at 2x, and the goodput policy
   switched each time it measured the mode it was in).
+  Nor is the first interval after a change of step kind or draft shape (the profile's rule,
+  `ProfileSchedule`): with overlap it holds the previous kind's GPU time (the first chain-3
+  interval after a catch-up priced chain 3 at 1.8x its step at 28 requests on the H200), and a
+  shape's first replays are slow. Nor are a process's first `START_SKIP` intervals: SGLang's
+  own warm-up request at launch measured 138 and 213 ms per step at bs 1 on the H200, and the
+  shapes example, with no start-up profile, priced chain 1 at 30x and chain 2 at 1.35x from
+  them and stayed in PLAIN at one request for the rest of the run.
 
 Its owner is the controller (`Controller.flight`). The controller's hot path updates it in
 place (it runs on every decode forward: no call per update); everything else changes it through
@@ -30,6 +37,9 @@ from collections import deque
 
 from specfsm import Mode
 from specfsm.model.acceptance import DraftShape
+
+#: decode intervals not reported after a process starts (SGLang's warm-up request runs ~5)
+START_SKIP = 16
 
 
 class Flight:
@@ -51,7 +61,9 @@ class Flight:
         "wide_its",
     )
 
-    def __init__(self, resync_forwards: int, overlap: bool = False) -> None:
+    def __init__(
+        self, resync_forwards: int, overlap: bool = False, start_skip: int = START_SKIP
+    ) -> None:
         #: K-wide forwards launched whose results are not processed yet
         self.inflight_wide = 0
         #: what RESYNCING has left to do (0: RESYNCED is due)
@@ -68,7 +80,7 @@ class Flight:
         self.prev_kind = ""
         #: decode intervals still to leave unreported (they hold other work), and how many a
         #: prefill makes: the next decode forward's, and with overlap the one after it
-        self.stale_steps = 0
+        self.stale_steps = start_skip
         self.stale_after_extend = 1 if overlap else 0
         #: (iteration, shape) of the K-wide forwards in flight, oldest first
         self.wide_its: deque[tuple[int, DraftShape | None]] = deque(maxlen=8)
@@ -105,7 +117,14 @@ class Flight:
         start-up profile's end): it is not reported (step_ms 0), nor with overlap the one after
         it."""
         self.prev_t = 0.0
-        self.stale_steps = self.stale_after_extend
+        self.stale_steps = max(self.stale_steps, self.stale_after_extend)
+
+    def step_changed(self) -> None:
+        """The decode forward just launched runs another step kind or shape than the one
+        before: the interval it starts is not reported (the controller's hot path inlines the
+        test and calls this only on a change)."""
+        if self.prev_kind:
+            self.stale_steps = max(self.stale_steps, 1)
 
 
 def step_kind(mode: Mode, zero_tax: bool) -> str:

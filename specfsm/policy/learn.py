@@ -32,8 +32,9 @@ function of the batch size, and one interval far off its neighbours is a stall (
 kernel compiling, a prefill's GPU time landing in a decode interval), not the step: once a key
 has a factor, a measurement at a bucket that has one is clipped to within `clip` x it, and the
 first measurement of a new bucket, when it is more than `clip` x off the key's factor there
-(interpolated), is held until the bucket's second, which starts the bucket with whichever of
-the two is nearer that factor. On the H200 the first chain-3 interval at bs 2, 94 ms, set
+(interpolated; for a key never measured, the factor it is priced with: `factor`), is held
+until the bucket's second, which starts the bucket with whichever of the two is nearer that
+factor. On the H200 the first chain-3 interval at bs 2, 94 ms, set
 that bucket's factor to 11.4 beside profiled neighbours at 1.0; the goodput policy then priced
 speculation at 2 requests at 5-11x its step for minutes and left SPECULATING there four times
 per bursty run, where the next intervals measured 8.1-8.6 ms. A real step that differs from its
@@ -310,14 +311,16 @@ class StepCalibration:
         """`ratio` clipped to within `clip` x the bucket's factor, or for a new bucket the
         measurement to start it with (0.0: held, see the module docstring)."""
         by = self._f.get(key)
-        if by is None:
-            return ratio  # the key's first measurement: nothing to compare it with
-        old = by.get(b)
         c = self.clip
-        if old is not None:
-            return min(max(ratio, old / c), old * c)
-        near = self._at(key, bs)
-        assert near is not None
+        if by is None:  # the key's first measurement: against the factor it is priced with
+            near = self.factor(key[0], key[1], bs)
+        else:
+            old = by.get(b)
+            if old is not None:
+                return min(max(ratio, old / c), old * c)
+            at = self._at(key, bs)
+            assert at is not None
+            near = at
         held = self._held.pop((key, b), None)
         if held is None:
             if near / c <= ratio <= near * c:

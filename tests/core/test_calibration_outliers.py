@@ -53,11 +53,32 @@ def test_a_measured_bucket_moves_at_most_clip_times_its_factor_per_interval() ->
     assert c.factor("spec", CHAIN3, 4) == pytest.approx(1.0 + 0.1 * (4.0 - 1.0))
     c.observe("spec", CHAIN3, 16, 0.01)
     assert c.factor("spec", CHAIN3, 16) == pytest.approx(1.0 + 0.1 * (0.25 - 1.0))
-    # a key's first interval has nothing to be compared with: it sets the key
-    c.observe("plain", None, 8, 9.0)
-    assert c.factor("plain", None, 8) == pytest.approx(9.0)
+    # a key's first interval within `clip` of the factor it is priced with sets the key
+    c.observe("plain", None, 8, 3.0)
+    assert c.factor("plain", None, 8) == pytest.approx(3.0)
     with pytest.raises(ValueError, match="clip must be > 1"):
         StepCalibration(clip=1.0)
+
+
+def test_a_keys_far_first_interval_waits_for_its_second() -> None:
+    """The shapes example on the H200 (no start-up profile): chain 1's first interval, 213 ms
+    at bs 1 in SGLang's warm-up request where the table says 7.2, set its factor to 29.6 and
+    the policy never chose it again. Against the factor it was priced with (the measured
+    shapes' and PLAIN's) it now waits for a second interval."""
+    c = StepCalibration(clip=4.0)
+    c.observe("spec", DraftShape.chain(2), 1, 0.8)
+    assert c.factor("spec", DraftShape.chain(1), 1) == pytest.approx(0.8)  # interpolated
+    c.observe("spec", DraftShape.chain(1), 1, 29.6)
+    assert not c.measured("spec", DraftShape.chain(1))
+    assert c.factor("spec", DraftShape.chain(1), 1) == pytest.approx(0.8)
+    c.observe("spec", DraftShape.chain(1), 1, 0.85)
+    assert c.factor("spec", DraftShape.chain(1), 1) == pytest.approx(0.85)
+    # a kind never measured is priced at the table's own step (1.0): a CPU engine priced with
+    # a GPU table starts its key at the second interval, with the nearer of the two
+    c.observe("plain", None, 1, 300.0)
+    assert not c.measured("plain", None)
+    c.observe("plain", None, 1, 280.0)
+    assert c.factor("plain", None, 1) == pytest.approx(280.0)
 
 
 def test_the_goodput_policy_keeps_speculating_at_two_requests_after_a_stall() -> None:
