@@ -31,6 +31,7 @@ MACHINE6_RESULTS = ONE_MACHINE_RESULTS + "2026-12-03_machine6/"
 MACHINE7_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine7/"
 MACHINE8_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine8/"
 MACHINE9_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine9/"
+MACHINE10_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-05_machine10/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -196,7 +197,7 @@ def _report_one_machine(
     where: str,
     date: str = "2026-12-03",
 ) -> None:
-    """Every server on one machine (runs 'dec03' to 'dec04b'): pinned PLAIN against the
+    """Every server on one machine (runs 'dec03' to 'dec05'): pinned PLAIN against the
     server without a draft, pinned SPECULATING against the stock EAGLE server, the policies
     against the better static server, each repetition apart; and what the day trace asked of
     them."""
@@ -214,7 +215,11 @@ def _report_one_machine(
             out.write(f"  {label}: {cells}\n")
     # a machine without the stock EAGLE server judges against the no-spec server alone
     versus = "best static" if all(run[t].get("eagle") for t in order) else "no-spec (no EAGLE run)"
-    for server, label in (("specfsm_goodput", "goodput"), ("specfsm_example", "example")):
+    for server, label in (
+        ("specfsm_goodput", "goodput"),
+        ("specfsm_example", "example"),
+        ("specfsm_shapes", "shapes example"),
+    ):
         cells = _rep_cells({t: rep_ratios(run[t], server) for t in order})
         if cells:
             out.write(f"  {label} vs {versus}: {cells}\n")
@@ -252,7 +257,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "(2026-12-03); 'dec04': one machine, the runtime of dec03c, heavy and bursty, 1-2 reps\n"
         "(2026-12-04); 'dec04b': one machine, the goodput policy with its reversal guard, light\n"
         "and bursty, 1-3 reps (2026-12-04); 'dec04c': one machine, the goodput policy resumed\n"
-        "with what it learned in the runs before, no stock EAGLE server, 2 reps (2026-12-04).\n"
+        "with what it learned in the runs before, no stock EAGLE server, 2 reps (2026-12-04);\n"
+        "'dec05': one machine, prefill chunks counting toward the debounce, the calibration's\n"
+        "stall guard, and the shapes example (vs lines only), 1-3 reps (2026-12-05).\n"
         "EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
@@ -320,6 +327,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_one_machine(reps.get("dec04", {}), out, "dec04", MACHINE7_RESULTS, "2026-12-04")
     _report_one_machine(reps.get("dec04b", {}), out, "dec04b", MACHINE8_RESULTS, "2026-12-04")
     _report_one_machine(reps.get("dec04c", {}), out, "dec04c", MACHINE9_RESULTS, "2026-12-04")
+    _report_one_machine(reps.get("dec05", {}), out, "dec05", MACHINE10_RESULTS, "2026-12-05")
     out.flush()
 
 

@@ -144,6 +144,10 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     # machine 9: the resumed goodput policy; no stock EAGLE server, so against no-spec alone
     assert re.search(r"^dec04c\s+bursty\s+1234\s+-\s+-\s+-\s+-\s+1260\s+1140$", text, re.M)
     assert "goodput vs no-spec (no EAGLE run): light 1.072 1.066, bursty 1.043 0.999\n" in text
+    # machine 10: the debounce and the stall guard served, and the shapes example
+    assert re.search(r"^dec05\s+bursty\s+1228\s+1113\s+-\s+-\s+-\s+1207\s+1228$", text, re.M)
+    assert "example vs best static: bursty 1.010 1.004 0.986\n" in text
+    assert "shapes example vs best static: light 0.994, bursty 1.001 1.014\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
