@@ -25,13 +25,15 @@ the adapter does. What the replay leaves out: the batch's mean context (0: the t
 context) and the steps as the adapter measures them (the launch gaps here). So the threshold
 policy replays exactly what it saw (its inputs are all in the trace), the goodput policy
 approximately, and without the profile not at all faithfully; the variant that reproduces the
-recorded times says how closely.
+recorded times says how closely. One key of a variant is not the policy's: ``change_skip``
+(default true) reports the steps as the adapter has since 2026-12-05, without the first
+interval after a change of step kind; false, as runs served before then saw them.
 
     R=benchmarks/gpu/results/2026-12-04_serving
     python benchmarks/serving/onset_replay.py --runs $R/runs.jsonl \\
         --tgz $R/2026-12-04_machine8/traces_logs_machine8.tgz \\
         --variant "threshold:prefill_step_tokens=0,prefill_debounce=false;\\
-    goodput:prefill_debounce=false,cal_clip=0" --variant none
+    goodput:prefill_debounce=false,cal_clip=0,change_skip=false" --variant none
 
 (the first variant is the code the runs were served with, the second this code's defaults).
 """
@@ -64,21 +66,27 @@ LEAVES = {Mode.SPECULATING: Event.LOAD_HIGH, Mode.PLAIN: Event.LOAD_LOW}
 
 
 def observations(
-    b: Bundle, t_from: float, t_to: float, accept_len: float, shape: DraftShape | None = None
+    b: Bundle,
+    t_from: float,
+    t_to: float,
+    accept_len: float,
+    shape: DraftShape | None = None,
+    change_skip: bool = True,
 ) -> Iterator[Any]:
     """(launch time, recorded mode, Observation, prompt tokens) of every iteration launched in
     [t_from, t_to). A decode's ``step_ms`` is the time since the previous decode's launch as
-    the adapter reports it: none after a prefill, nor (overlap on) at the decode after that;
-    a speculative step's shape is `shape` (the launch shape: no RESHAPE is replayed)."""
+    the adapter reports it (`specfsm_sglang.flight.Flight`, overlap on): none after a prefill,
+    nor at the decode after that, nor (`change_skip`, the adapter since 2026-12-05) the first
+    after a change of step kind; a speculative step's shape is `shape` (the launch shape: no
+    RESHAPE is replayed)."""
     i0 = bisect.bisect_left(b.row_ts, t_from)
     i1 = bisect.bisect_left(b.row_ts, t_to)
-    prev: tuple[float, int, str] | None = None  # the previous decode: launch, bs, kind
-    stale = 0
+    fl = flight.Flight(1, overlap=True, start_skip=0)  # the replay starts mid-process
     for k in range(i0, i1):
         t, kind, bs, ext, queued, running, _free = b.rows[k]
         mode = b.mode_at(t)
         if kind in ("E", "M"):
-            prev, stale = None, 1
+            fl.forget_step()
             obs = Observation(
                 iteration=k,
                 decode_bs=running + bs,
@@ -98,10 +106,9 @@ def observations(
             hi = round((mean - lo) * bs)  # bs verifies of this mean, in whole tokens
             acc = (lo + 1,) * hi + (lo,) * (bs - hi)
         step_ms, step_bs, step_kind = 0.0, 0, ""
-        if prev is not None and stale:
-            stale -= 1
-        elif prev is not None:
-            step_ms, step_bs, step_kind = 1e3 * (t - prev[0]), prev[1], prev[2]
+        prev_t = fl.step_start()
+        if prev_t:
+            step_ms, step_bs, step_kind = 1e3 * (t - prev_t), fl.prev_bs, fl.prev_kind
         spec_step = step_kind == "spec"
         obs = Observation(
             iteration=k,
@@ -120,7 +127,10 @@ def observations(
         yield t, mode, obs, 0
         # the mode this forward ran in: after the decision taken before it
         after = b.mode_at(b.row_ts[k + 1] - 1e-6) if k + 1 < len(b.rows) else mode
-        prev = (t, bs, flight.step_kind(after, zero_tax=True))
+        ran = flight.step_kind(after, zero_tax=True)
+        if change_skip and ran != fl.prev_kind:
+            fl.step_changed()
+        fl.prev_t, fl.prev_bs, fl.prev_kind = t, bs, ran
 
 
 def replay(
@@ -128,6 +138,9 @@ def replay(
 ) -> list[tuple[float, Mode, str]]:
     """The replayed policy, fed the iterations of `periods`: its first verdict in each
     stretch of one recorded mode (time, the mode it leaves, its reason)."""
+    # not a policy key: whether the steps are reported as the adapter has since 2026-12-05
+    spec = dict(spec)
+    change_skip = bool(spec.pop("change_skip", True))
     if b.profile and spec.get("name") == "goodput" and "profile" not in spec:
         spec = {**spec, "profile": b.profile}
     policy: Policy = make_policy(spec)
@@ -138,7 +151,7 @@ def replay(
     out: list[tuple[float, Mode, str]] = []
     stretch: tuple[Mode, float] | None = None
     fired = False
-    feed = (o for a, z in periods for o in observations(b, a, z, accept_len, shape))
+    feed = (o for a, z in periods for o in observations(b, a, z, accept_len, shape, change_skip))
     for t, mode, obs, _tok in feed:
         i = bisect.bisect_right(b.trans_ts, t)
         key = (mode, b.trans_ts[i - 1] if i else 0.0)
