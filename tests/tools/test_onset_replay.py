@@ -138,7 +138,7 @@ def test_machine_9s_served_runs_replay_their_switches_and_this_code_drops_the_st
     the goodput policy makes none at 2 requests."""
     folder = RESULTS / "2026-12-04_serving"
     served = "threshold:prefill_step_tokens=0,prefill_debounce=false;"
-    served += "goodput:prefill_debounce=false,cal_clip=0"
+    served += "goodput:prefill_debounce=false,cal_clip=0,change_skip=false"
     onset_replay.main(
         [
             "--runs",
@@ -158,5 +158,5 @@ def test_machine_9s_served_runs_replay_their_switches_and_this_code_drops_the_st
     assert f"{threshold} recorded switches replayed, 0.00 s earlier" in out
     at_two = [s for s in out.splitlines() if s.startswith("  SPECULATING->DRAINING at 2.13 s")]
     assert len(at_two) == 2  # the two goodput runs
-    assert "prefill_debounce=false,cal_clip=0 2.13 (+0.00 s" in at_two[0]
+    assert "prefill_debounce=false,cal_clip=0,change_skip=false 2.13 (+0.00 s" in at_two[0]
     assert all(s.endswith("this code none") for s in at_two)
