@@ -50,6 +50,9 @@ What this module adds, and where each constant comes from:
   profile this machine does not have);
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
+  ``specfsm_shapes`` the FSM with the goodput policy of ``examples/gpu_server/specfsm_shapes.json``
+  launched at chain 7, RESHAPE among its shapes priced from the same table (no start-up
+  profile, as the example ships; the simulator has no launch warm-up request to learn from);
   ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
   (`specfsm.sim.sglang_peer`, ported from 0.5.23; the served one was 0.5.17).
 * ``seeds`` simulator seeds averaged (default 6): the simulator's arrival times and length
@@ -106,10 +109,14 @@ SERVERS = (
     "specfsm_goodput",
     "specfsm_plain_nodraft",
     "specfsm_example",
+    "specfsm_shapes",
     "adaptive",
 )
 #: the GPU example configuration, whose policy ``specfsm_example`` runs
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
+#: the shapes example, whose policy ``specfsm_shapes`` runs, and the shape it is launched at
+SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
+SHAPES_LAUNCH = DraftShape.chain(7)
 #: GPU us per prompt token (target, draft): token-weighted prefill_gpu of every run in
 #: benchmarks/gpu/results/2026-12-02_serving/runs.jsonl (see the module docstring: FITTED)
 MEASURED_PREFILL_US = (23.17, 1.55)
@@ -146,6 +153,11 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
     if server == "specfsm_example":
         spec = json.loads(EXAMPLE.read_text())["policy"]
         return FSMController("specfsm-example", make_policy(spec), SHAPE, lazy_draft_prefill=True)
+    if server == "specfsm_shapes":
+        spec = json.loads(SHAPES_EXAMPLE.read_text())["policy"]
+        return FSMController(
+            "specfsm-shapes", make_policy(spec), SHAPES_LAUNCH, lazy_draft_prefill=True
+        )
     if server == "adaptive":
         return SGLangAdaptiveController(max_bs=MAX_RUNNING, shape=SHAPE)
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
