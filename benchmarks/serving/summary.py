@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pauses
 from client import BIN_S
 from traces import Trace
 
@@ -98,6 +99,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
             if lost(r)
         ][:5],
         "drain_s": max(0.0, end - trace.seconds),
+        "stream_pauses": pauses.find(recs),
         "phases": phases,
     }
 
@@ -370,6 +372,8 @@ def summarize(
                 lines.append(
                     f"serve_switches[{t}][{lab}]: {fmt_reps(sw, 1)} (load switches per run)"
                 )
+            if (pl := pauses.line(t, lab, trace.seconds, runs_t)) is not None:
+                lines.append(pl)
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:

@@ -1,0 +1,47 @@
+"""Stream pauses (benchmarks/serving/pauses.py): a stretch of at least 0.3 s in which requests
+were streaming and no token reached the client is reported with its start, length and the
+requests streaming; a shorter one, or a silence with nothing streaming, is not."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
+
+import pauses
+from client import BIN_S
+
+
+def _streams(n: int, silent: set[int], t_end: float = 3.0) -> list[dict[str, object]]:
+    """n requests streaming from 0.05 s to `t_end`, a token in every bin but the `silent`."""
+    last = int(t_end / BIN_S)
+    bins = {b: 1 for b in range(1, last) if b not in silent}
+    return [{"t_send": 0.0, "t_first": 0.05, "t_end": t_end, "bins": bins} for _ in range(n)]
+
+
+def test_a_long_silence_while_streaming_is_a_pause() -> None:
+    recs = _streams(10, set(range(10, 16)) | {20, 21})  # 0.6 s, then 0.2 s
+    assert pauses.find(recs) == [[1.0, 0.6, 10]]
+
+
+def test_a_silence_with_nothing_streaming_is_not() -> None:
+    early = _streams(4, set(), t_end=1.0)
+    late = [{"t_send": 2.0, "t_first": 2.05, "t_end": 3.0, "bins": {b: 1 for b in range(21, 30)}}]
+    assert pauses.find(early + late) == []
+    assert pauses.find([]) == []
+
+
+def test_the_summary_line_counts_pauses_and_those_across_the_window_end() -> None:
+    runs = [
+        {"rep": 10, "stream_pauses": [[7.9, 0.5, 39], [27.5, 0.6, 252]]},
+        {"rep": 11, "stream_pauses": []},
+        {"rep": 12},  # recorded before pauses were measured
+    ]
+    text = pauses.line("bursty", "specfsm_goodput", 28.0, runs)
+    assert text == (
+        "serve_stream_pauses[bursty][specfsm_goodput]: 1.0 per run (runs: 2, 0); longest 0.6 s"
+        " at +27.5 s in rep 10 (252 requests streaming); 1 across the window's end"
+        " (info: >= 0.3 s with requests streaming and no token arriving)"
+    )
+    assert pauses.line("bursty", "nospec", 28.0, [{"rep": 0}]) is None
