@@ -21,6 +21,8 @@ from typing import Any
 
 import pauses
 from client import BIN_S
+from oracle import pair_lines, phase_oracle
+from ratios import fmt_reps, ratio_line
 from traces import Trace
 
 
@@ -109,18 +111,6 @@ def greedy_mismatches(recs: list[dict[str, Any]], ref: list[dict[str, Any]]) -> 
     want = {r["k"]: r["ids_sha"] for r in ref if r["status"] == "done"}
     both = [r for r in recs if r["status"] == "done" and r["k"] in want]
     return len(both), sum(r["ids_sha"] != want[r["k"]] for r in both)
-
-
-def mean_spread(xs: list[float]) -> tuple[float, float]:
-    """Mean and spread ((max - min) / mean) of repetitions."""
-    m = statistics.fmean(xs)
-    return m, (max(xs) - min(xs)) / m if m else 0.0
-
-
-def fmt_reps(xs: list[float], digits: int = 3) -> str:
-    m, s = mean_spread(xs)
-    reps = ", ".join(f"{x:.{digits}f}" for x in xs)
-    return f"{m:.{digits}f} (reps {reps}; spread {100 * s:.1f}%)"
 
 
 STATIC = ("nospec", "eagle")
@@ -232,21 +222,6 @@ def _asked_tokens(out: Path, runs: list[dict[str, Any]], trace: Trace) -> dict[i
     return asked
 
 
-def _ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -> str:
-    """Ratios of the repetitions both servers share (measured together); where they share
-    none (merged folders measured apart), the ratio of their means, said as such."""
-    rs = [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i]]
-    if rs:
-        return f"{name}: {fmt_reps(rs)} (goal {goal})"
-    if a and b and statistics.fmean(b.values()):
-        m = statistics.fmean(a.values()) / statistics.fmean(b.values())
-        return (
-            f"{name}: {m:.3f} (ratio of means: no repetition in common, measured apart; "
-            f"{len(a)} and {len(b)} runs) (goal {goal})"
-        )
-    return f"{name}: n/a"
-
-
 def _best_static(vals: dict[str, dict[int, float]], statics: list[str]) -> dict[int, float]:
     """Per repetition every static server ran, the better static server's figure."""
     reps = sorted(set.intersection(*(set(vals[s]) for s in statics)))
@@ -283,7 +258,7 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
             pairs[f"{line}_vs_best_static_drained"] = (lab, "best_static")
         note = _alone_note(statics)
     lines += [
-        _ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
+        ratio_line(f"{name}[{t}]", got[a], got[b], "none: info")
         + (note if b == "best_static" else "")
         for name, (a, b) in pairs.items()
         if a in got and b in got
@@ -377,22 +352,17 @@ def summarize(
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:
-                lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], goal))
+                lines.append(ratio_line(f"{name}[{t}]", tok[a], tok[b], goal))
         for name, (a, b) in INFO.items():
             if a in tok and b in tok:
-                lines.append(_ratio_line(f"{name}[{t}]", tok[a], tok[b], "none: measured"))
+                lines.append(ratio_line(f"{name}[{t}]", tok[a], tok[b], "none: measured"))
         statics = [s for s in STATIC if s in tok]
         if statics:
             # per repetition that every static server ran
             best = _best_static(tok, statics)
             reps = list(best)
             run_of = {(s, r["rep"]): r for s in statics for r in by[(s, t)]}
-            oracle = {}
-            for i in reps:
-                total = 0.0
-                for j, p in enumerate(trace.phases):
-                    total += p.seconds * max(run_of[(s, i)]["phases"][j]["tok_s"] for s in statics)
-                oracle[i] = total / trace.seconds
+            oracle = phase_oracle(trace, statics, run_of, reps)
             asked = _asked_tokens(out, [run_of[(statics[0], i)] for i in reps], trace)
             if asked:
                 share = {i: oracle[i] * trace.seconds / asked[i] for i in asked}
@@ -408,7 +378,8 @@ def summarize(
                     (f"{line}_vs_best_static[{t}]", best, ">= 1.00"),
                     (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97"),
                 ):
-                    lines.append(_ratio_line(name, tok[lab], ref, goal) + note)
+                    lines.append(ratio_line(name, tok[lab], ref, goal) + note)
+            lines += pair_lines(t, trace, statics, run_of, best, tok, CONFIGURATIONS)
         lines += _drained_lines(t, by)
         if "adaptive" in tok:
             lines.append(
@@ -416,7 +387,7 @@ def summarize(
             )
             if "specfsm_goodput" in tok:
                 lines.append(
-                    _ratio_line(
+                    ratio_line(
                         f"serve_specfsm_vs_sglang_adaptive[{t}]",
                         tok["specfsm_goodput"],
                         tok["adaptive"],
