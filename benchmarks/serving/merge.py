@@ -60,7 +60,12 @@ def merge(
         recs = [json.loads(x) for x in (folder / "runs.jsonl").read_text().splitlines() if x]
         runs = [r for r in recs if "trace" in r and _keep(r["server"], labels)]
         runs = [r for r in runs if _requests_ok(folder, r)]
-        kept_servers = {r["server"].split("_")[0] for r in runs}
+        # a run's label is its server's name (``specfsm_shapes``) or the server and a variant
+        # (``specfsm_goodput``)
+        names = {r["server"] for r in recs if "trace" not in r and "server" in r}
+        kept_servers = {
+            r["server"] if r["server"] in names else r["server"].split("_")[0] for r in runs
+        }
         pending: dict[str, Any] | None = None
         for r in recs:
             if "started" in r:

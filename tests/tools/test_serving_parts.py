@@ -141,6 +141,27 @@ def test_merged_folders_pair_only_repetitions_measured_together(tmp_path: Path) 
     )
 
 
+def test_a_merge_keeps_the_shapes_servers_record(tmp_path: Path) -> None:
+    """``specfsm_shapes`` is a server's name, not the specfsm server's variant: its record (KV
+    pool) survives a merge, and the summary compares its pool with the stock server's."""
+    import json
+
+    import merge
+
+    a = tmp_path / "a"
+    _source(a, [("nospec", 0, 100.0), ("eagle", 0, 80.0), ("specfsm_shapes", 0, 101.0)], "A")
+    recs = [json.loads(x) for x in (a / "runs.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if r.get("server") != "specfsm" or "trace" in r]
+    recs.insert(1, {"server": "specfsm_shapes", "start_s": 1.0, "kv_tokens": 99})
+    (a / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    merge.merge([(a, 0, set())], tmp_path / "out", ["m"])
+    lines = summary.summarize(
+        tmp_path / "out" / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
+    )
+    assert "serve_kv_tokens[specfsm_shapes]: 99" in lines
+    assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
+
+
 def test_phase_pins_from_arguments_and_from_static_runs(tmp_path: Path) -> None:
     """The phases variant's pins: given per trace, or the better static server's mode per
     phase from runs already recorded; a clear error where neither gives them."""
