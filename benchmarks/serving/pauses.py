@@ -11,13 +11,19 @@ decoded tokens past it (0.940 of the server without speculation where its other 
 1.015 and 0.994). A run's pauses are measured from its token bins (`client.BIN_S`), which the
 saved request files drop, so runs recorded before this module have none.
 
+Beside them, the servers' own long garbage collections: the GPU bed launches every server with
+SGLang's ``--gc-warning-threshold-secs`` (0.1 s), whose warning lines `long_gc` counts in each
+server's log, so a pause and a collection of the same length can be put side by side.
+
 Standard library only.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from client import BIN_S
@@ -80,3 +86,23 @@ def line(trace: str, label: str, seconds: float, runs: Sequence[dict[str, Any]])
             f" streaming); {edge} across the window's end"
         )
     return text + f" (info: >= {MIN_S:g} s with requests streaming and no token arriving)"
+
+
+_GC = re.compile(r"LONG GARBAGE COLLECTION DETECTED \| Generation (\S+) \| Duration: ([0-9.]+)s")
+
+
+def long_gc(logs: Path) -> list[str]:
+    """``serve_long_gc[SERVER]`` per server log in `logs` (``server_<name>.log``) launched with
+    the warning on: collections over the threshold, the longest and its generation."""
+    out = []
+    for log in sorted(logs.glob("server_*.log")):
+        text = log.read_text(errors="replace")
+        if "gc_warning_threshold_secs=0.0" in text or "gc_warning_threshold_secs" not in text:
+            continue
+        found = [(float(d), g) for g, d in _GC.findall(text)]
+        line = f"serve_long_gc[{log.stem[len('server_') :]}]: {len(found)}"
+        if found:
+            d, g = max(found)
+            line += f", longest {d:.2f} s (generation {g})"
+        out.append(line + " (info: SGLang's warnings of a garbage collection over its threshold)")
+    return out

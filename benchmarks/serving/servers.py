@@ -177,6 +177,9 @@ class Bed:
                 "mem_fraction_static": 0.8,
                 "random_seed": 0,
                 "log_level": "info",
+                # logs every garbage collection of SGLang's processes longer than this (s):
+                # the HTTP-side pauses of bursty runs (pauses.py) are to be told apart by it
+                "gc_warning_threshold_secs": 0.1,
             }
             if server != "nospec":
                 args["speculative_algorithm"] = "EAGLE"

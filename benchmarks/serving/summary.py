@@ -429,4 +429,4 @@ def summarize(
     lines.append(
         f"serve_memory_leaks_reported: {len(leaks)}" + (f" ({', '.join(leaks)})" if leaks else "")
     )
-    return lines
+    return lines + pauses.long_gc(out / "logs")

@@ -45,3 +45,22 @@ def test_the_summary_line_counts_pauses_and_those_across_the_window_end() -> Non
         " (info: >= 0.3 s with requests streaming and no token arriving)"
     )
     assert pauses.line("bursty", "nospec", 28.0, [{"rep": 0}]) is None
+
+
+def test_long_collections_are_counted_where_the_warning_was_on(tmp_path: Path) -> None:
+    head = "[2026-12-05 03:39:36] server_args=ServerArgs(model_path='m', "
+    warn = (
+        "[2026-12-05 03:40:01] LONG GARBAGE COLLECTION DETECTED | Generation {g} | Duration: {d}s"
+        " | # Objects: gen0=1, gen1=2, gen2=3 | This may cause latency jitter.\n"
+    )
+    on = head + "gc_warning_threshold_secs=0.1, x=1)\n"
+    (tmp_path / "server_nospec.log").write_text(
+        on + warn.format(g=2, d="0.4512") + warn.format(g=0, d="0.1203")
+    )
+    (tmp_path / "server_eagle.log").write_text(on)
+    (tmp_path / "server_specfsm.log").write_text(head + "gc_warning_threshold_secs=0.0)\n")
+    why = " (info: SGLang's warnings of a garbage collection over its threshold)"
+    assert pauses.long_gc(tmp_path) == [
+        "serve_long_gc[eagle]: 0" + why,
+        "serve_long_gc[nospec]: 2, longest 0.45 s (generation 2)" + why,
+    ]
