@@ -78,8 +78,9 @@ class Flight:
         self.prev_bs = 0
         self.prev_shape: DraftShape | None = None
         self.prev_kind = ""
-        #: decode intervals still to leave unreported (they hold other work), and how many a
-        #: prefill makes: the next decode forward's, and with overlap the one after it
+        #: decode intervals still to leave unreported (they hold other work): a process's
+        #: first `start_skip`, and at least as many as a prefill makes (the next decode
+        #: forward's, and with overlap the one after it) or a change of step kind or shape (1)
         self.stale_steps = start_skip
         self.stale_after_extend = 1 if overlap else 0
         #: (iteration, shape) of the K-wide forwards in flight, oldest first
