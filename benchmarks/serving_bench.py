@@ -86,26 +86,6 @@ def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return cfg
 
 
-def warm(srv: Server, n: int = 2) -> None:
-    """A few short requests, so a control-file change is read (it is read on iterations)."""
-    tr = traces.Trace("warm", (traces.Phase("closed", n, 0.5),), traces.CPU_LENGTHS, seed=99)
-    import urllib.request
-
-    for k in range(n):
-        r = traces.request(tr, k)
-        body = {
-            "input_ids": r.prompt,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, "ignore_eos": True},
-        }
-        req = urllib.request.Request(
-            srv.url + "/generate",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            resp.read()
-
-
 def run_server(
     name: str, args: argparse.Namespace, bed: Bed, tr: dict[str, traces.Trace], out: Path, log: Any
 ) -> None:
@@ -113,7 +93,7 @@ def run_server(
     if name == "specfsm":
         cfg = fsm_config(args, out)
     elif name == "specfsm_shapes":
-        cfg = shapes_config(str(out / "specfsm" / "transitions-rank{rank}.jsonl"))
+        cfg = shapes_config(out / "specfsm", args.bed)
     srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
     it_dir = out / "iters" / name
     pf_dir = out / "prefill" / name
@@ -143,6 +123,8 @@ def run_server(
             first = dataclasses.replace(first, phases=short)
             client.play(first, srv.url, out / "warmup" / name, procs=args.procs)
             say(f"{name}: warm-up pass of {first.name} done")
+        if args.freeze_gc:
+            say(f"{name}: /freeze_gc: {srv.freeze_gc()}")
         for rep in range(args.reps):
             for trace in tr.values():
                 for var in variants:
@@ -181,7 +163,7 @@ def run_server(
             for var in variants:
                 label = f"{name}_{var}" if var else name
                 if not args.sync_of or label in args.sync_of:
-                    sync_report.window(args, srv, var, label, tr, out, prepare, warm, say)
+                    sync_report.window(args, srv, var, label, tr, out, prepare, Server.warm, say)
                     mirror(args, out)
         if args.torch_profile:  # after the measured runs: torch-profiler windows
             torch_profile.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
@@ -202,7 +184,7 @@ def prepare(srv: Server, var: str, args: argparse.Namespace) -> None:
     requests so the control file is read, the radix cache flushed."""
     if var:
         srv.set_variant(var, json.loads(args.goodput))
-    warm(srv)
+    srv.warm()
     time.sleep(0.5)
     if not srv.flush_cache():
         say(f"{srv.server}: /flush_cache refused for 60 s; the run starts warm")
@@ -317,6 +299,12 @@ def main() -> int:
         action="append",
         default=[],
         help="leave a run out of the summary: SERVER:TRACE:REP=reason (named in the header)",
+    )
+    ap.add_argument(
+        "--freeze-gc",
+        action="store_true",
+        help="after each server's warm-up, GET /freeze_gc (every server alike; SGLang >= 0.5.23 "
+        "does it itself after its own warm-up)",
     )
     ap.add_argument(
         "--no-warmup", action="store_true", help="skip the unrecorded warm-up trace per server"

@@ -17,7 +17,7 @@ Servers (``--servers``):
 - ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1);
 - ``specfsm_shapes``: EAGLE launched at chain 7 with the specfsm plugin and
   ``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN or
-  one of chains 1-7; no variants, no start-up profile).
+  one of chains 1-7, priced by its start-up profile; no variants).
 
 Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
 with an EAGLE draft by ``benchmarks/gpu/agree_weights.py``; paths from run_on_device.sh) and
@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import traces
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("nospec", "eagle", "specfsm", "adaptive", "specfsm_shapes")
@@ -126,13 +128,23 @@ def example_policy() -> dict[str, Any]:
     return dict(json.loads(EXAMPLE.read_text())["policy"])
 
 
-def shapes_config(log: str) -> dict[str, Any]:
+#: the shapes example's start-up profile on the CPU bed: the tiny models' context and the bed's
+#: KV pool (8192 tokens, 16 requests) hold the shipped one's 1024-token prompts at bs 1 only
+CPU_SHAPES_PROFILE = {"bs": [1, 2], "forwards": 3, "prompt_tokens": 64}
+
+
+def shapes_config(folder: Path, bed: str = "gpu") -> dict[str, Any]:
     """``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN
-    or a shape, the extra shapes' runtime states), its log at ``log`` and its control file the
-    server's own (`Server.start`)."""
+    or a shape, the extra shapes' runtime states, the start-up profile), its transition log and
+    its profile's rows in ``folder`` and its control file the server's own (`Server.start`).
+    On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
     cfg = dict(json.loads(SHAPES_EXAMPLE.read_text()))
-    cfg["log"] = log
+    cfg["log"] = str(folder / "transitions-rank{rank}.jsonl")
     cfg.pop("control_file", None)
+    if cfg.get("profile"):
+        prof = dict(CPU_SHAPES_PROFILE if bed == "cpu" else cfg["profile"])
+        prof["save"] = str(folder / "profile_shapes-{rank}.csv")
+        cfg["profile"] = prof
     return cfg
 
 
@@ -316,6 +328,33 @@ class Server:
     def get(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
             return r.read().decode()
+
+    def warm(self, n: int = 2) -> None:
+        """A few short requests, so a control-file change is read (it is read on iterations)."""
+        tr = traces.Trace("warm", (traces.Phase("closed", n, 0.5),), traces.CPU_LENGTHS, seed=99)
+        for k in range(n):
+            r = traces.request(tr, k)
+            body = {
+                "input_ids": r.prompt,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 48, "ignore_eos": True},
+            }
+            req = urllib.request.Request(
+                self.url + "/generate",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                resp.read()
+
+    def freeze_gc(self) -> str:
+        """``/freeze_gc``: SGLang moves every object its processes hold now (tokenizer manager,
+        scheduler, detokenizer) out of the garbage collector's reach, so a later collection
+        walks only what serving allocates; "ok", or why not."""
+        try:
+            self.get("/freeze_gc")
+        except OSError as exc:
+            return f"failed: {exc}"
+        return "ok"
 
     def kv_tokens(self) -> int | None:
         """The target's KV pool in tokens (``/get_server_info``, else the start-up log line)."""

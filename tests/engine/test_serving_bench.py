@@ -1,8 +1,8 @@
-"""benchmarks/serving_bench.py on the CPU bed (so the serving benchmark cannot rot): two real
-HTTP servers (``python -m sglang.launch_server``: no speculation, and EAGLE with specfsm in its
-pinned-PLAIN, goodput and pinned-per-phase variants) under the same closed-loop trace, every
-request accounted for, greedy outputs equal across servers, the summary's lines present, a
-sync-debug window reported."""
+"""benchmarks/serving_bench.py on the CPU bed (so the serving benchmark cannot rot): real HTTP
+servers (``python -m sglang.launch_server``: no speculation; EAGLE with specfsm in its
+pinned-PLAIN, goodput and pinned-per-phase variants; the shapes example as shipped) under the
+same closed-loop trace, every request accounted for, greedy outputs equal across servers, the
+summary's lines present, a sync-debug window reported."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
             "--traces",
             "light",
             "--servers",
-            "nospec,specfsm",
+            "nospec,specfsm,specfsm_shapes",
             "--variants",
             "plain,goodput,phases",
             "--phase-pins",
@@ -68,8 +68,15 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         "serve_drained_tok_s[light][nospec]",
         "serve_plain_vs_nospec_server_drained[light]",
         "serve_switches[light][specfsm_goodput]",
+        "serve_tok_s[light][specfsm_shapes]",
     ):
         _value(lines, key)
+    # the shapes example as shipped started priced by its start-up profile: every shape it
+    # lists and PLAIN measured (its rows beside the specfsm server's, not over them)
+    rows = (out / "specfsm" / "profile_shapes-0.csv").read_text()
+    for model in ("plain_step,", "spec_step_1x1x2,", "spec_step_1x2x3,", "spec_step_1x3x4,"):
+        assert model in rows, rows
+    assert "spec_step_1x7x8," in rows, rows
     # the sync-debug window ran on the pinned-PLAIN server and reported its waits
     assert _value(lines, "serve_sync_waits[specfsm_plain]").split()[0].isdigit(), lines
     # the phases variant flipped the pin at both inner phase boundaries, in order, and its
@@ -93,11 +100,12 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
     # first is hidden or overwritten, and the summary shows both
     again = subprocess.run(
         [sys.executable, str(SCRIPT), "--bed", "cpu", "--quick", "--traces", "light",
-         "--servers", "nospec", "--out", str(out)],
+         "--servers", "nospec", "--freeze-gc", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=SCRIPT.parents[1],
     )  # fmt: skip
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "has repetitions 0-0: numbering from 1" in again.stdout
+    assert "nospec: /freeze_gc: ok" in again.stdout, again.stdout[-3000:]
     reps = [
         r["rep"]
         for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())

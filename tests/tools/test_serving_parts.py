@@ -409,10 +409,14 @@ def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
 
     import servers
 
-    cfg = servers.shapes_config("/x/t-{rank}.jsonl")
+    cfg = servers.shapes_config(Path("/x"))
     shipped = json.loads(servers.SHAPES_EXAMPLE.read_text())
     assert cfg["policy"] == shipped["policy"] and cfg["shapes"] == shipped["shapes"]
-    assert cfg["log"] == "/x/t-{rank}.jsonl" and "control_file" not in cfg
+    assert cfg["log"] == "/x/transitions-rank{rank}.jsonl" and "control_file" not in cfg
+    # the shipped start-up profile, its rows kept beside the log (not the specfsm server's file)
+    assert cfg["profile"] == {**shipped["profile"], "save": "/x/profile_shapes-{rank}.csv"}
+    small = servers.shapes_config(Path("/x"), "cpu")["profile"]
+    assert small == {**servers.CPU_SHAPES_PROFILE, "save": "/x/profile_shapes-{rank}.csv"}
     bed = servers.Bed("gpu", tmp_path)
     assert bed.engine_args("specfsm_shapes")["speculative_num_steps"] == 7
     assert bed.engine_args("specfsm_shapes")["speculative_num_draft_tokens"] == 8
