@@ -51,10 +51,12 @@ What this module adds, and where each constant comes from:
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
   ``specfsm_shapes`` the FSM with the goodput policy of ``examples/gpu_server/specfsm_shapes.json``
-  launched at chain 7, RESHAPE among its shapes priced from the same table (no start-up
-  profile, as the example ships; the simulator has no launch warm-up request to learn from);
+  launched at chain 7, RESHAPE among its shapes priced from the same table (the example's
+  start-up profile measures what the simulator takes from the table);
   ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
-  (`specfsm.sim.sglang_peer`, ported from 0.5.23; the served one was 0.5.17).
+  (`specfsm.sim.sglang_peer`, ported from 0.5.23) with 0.5.17's default config and the served
+  CUDA-graph sizes, as served; its 1-step state is priced from the table's q=1 and q=4 rows.
+* A ratio outside the goal gets a comment line naming what the runs' records show (`sim_miss`).
 * ``seeds`` simulator seeds averaged (default 6): the simulator's arrival times and length
   draws are its own, so one seed moves a 32 s window by up to ~10%.
 
@@ -85,6 +87,7 @@ _HERE = str(Path(__file__).resolve().parent)  # benchmarks/serving: its traces.p
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+import sim_miss  # noqa: E402
 import traces as bench_traces  # noqa: E402
 
 __all__ = [
@@ -95,6 +98,7 @@ __all__ = [
     "predict",
     "predict_phases",
     "sim_lines",
+    "simulate",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +130,17 @@ CLOSED_REQUESTS = 800
 #: the shape every speculative server of the benchmark ran (servers.CHAIN)
 SHAPE = DraftShape.chain(3)
 MAX_RUNNING = 256  # the servers' max_running_requests
+#: the served servers' decode CUDA-graph batch sizes (servers.GPU_GRAPH_BS), to which SGLang's
+#: adaptive speculation pads a batch before it picks the batch size's draft steps
+GPU_GRAPH_BS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+#: SGLang 0.5.17's DEFAULT_ADAPTIVE_CONFIG (speculative/adaptive_spec_params.py), which the
+#: served ``adaptive`` server ran: 0.5.23's (the simulator's default) adds 5 steps at bs 1-7
+SGLANG_0517_ADAPTIVE: dict[str, dict[str, Any]] = {
+    "1": {"candidate_steps": [1, 3, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0},
+}
 GOAL = (0.9, 1.1)
 
 
@@ -159,7 +174,9 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
             "specfsm-shapes", make_policy(spec), SHAPES_LAUNCH, lazy_draft_prefill=True
         )
     if server == "adaptive":
-        return SGLangAdaptiveController(max_bs=MAX_RUNNING, shape=SHAPE)
+        return SGLangAdaptiveController(
+            SGLANG_0517_ADAPTIVE, max_bs=MAX_RUNNING, shape=SHAPE, graph_bs=GPU_GRAPH_BS
+        )
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
 
 
@@ -213,7 +230,7 @@ def _phase_s(trace: bench_traces.Trace) -> float:
     return trace.phases[0].seconds if len(lengths) == 1 else trace.seconds
 
 
-def predict_phases(
+def simulate(
     trace: bench_traces.Trace,
     server: str,
     table: str = "h200_sglang0517_llama8b",
@@ -221,10 +238,11 @@ def predict_phases(
     *,
     prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
     seeds: int = 6,
-) -> list[float]:
-    """Predicted output tok/s per phase of `trace` (`predict`'s arguments; one value for the
-    whole window when the phases differ in length): the tokens the simulator commits inside
-    the phase / its seconds, the mean over `seeds` simulator seeds."""
+) -> tuple[list[float], list[float]]:
+    """Per phase of `trace` (`predict`'s arguments; one value for the whole window when the
+    phases differ in length), the mean over `seeds` simulator seeds of: output tok/s (the
+    tokens the simulator commits inside the phase / its seconds) and TPOT in ms (request-ms
+    decoding / tokens committed by the iterations started in it)."""
     from specfsm.sim.engine import run  # numpy (the sim extra), imported when first used
 
     cost_table = load_table(table)
@@ -236,13 +254,31 @@ def predict_phases(
     alpha = alpha_from_accept_length(accept_len, SHAPE)
     phase_s = _phase_s(trace)
     n = round(trace.seconds / phase_s)
-    sums = [0.0] * n
-    for seed in range(max(1, seeds)):
+    sums, tpots = [0.0] * n, [0.0] * n
+    k = max(1, seeds)
+    for seed in range(k):
         ctl = _controller(server, table, accept_len)
         res = run(ctl, load, cost, alpha, workload=workload, seed=seed, phase_s=phase_s)
         for i, tok in enumerate(res.phase_tokens[:n]):
             sums[i] += tok
-    return [x / max(1, seeds) / phase_s for x in sums]
+        for i, tp in enumerate(res.phase_tpot_ms[:n]):
+            tpots[i] += tp if tp == tp else 0.0  # nan: a phase with no decode
+    return [x / k / phase_s for x in sums], [x / k for x in tpots]
+
+
+def predict_phases(
+    trace: bench_traces.Trace,
+    server: str,
+    table: str = "h200_sglang0517_llama8b",
+    accept_len: float = 2.4,
+    *,
+    prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
+    seeds: int = 6,
+) -> list[float]:
+    """Predicted output tok/s per phase of `trace` (`simulate`'s first list)."""
+    return simulate(
+        trace, server, table, accept_len, prefill_us_per_token=prefill_us_per_token, seeds=seeds
+    )[0]
 
 
 def predict(
@@ -309,74 +345,42 @@ def _headers_match(
                 )
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0
-
-
-def _why(
+def _miss_line(
     trace: bench_traces.Trace,
     recs: Sequence[Mapping[str, Any]],
     server: str,
     ratio: float,
     sim_phases: Sequence[float],
+    sim_tpot: Sequence[float],
 ) -> str:
-    """One comment line on a miss beyond the goal, from the runs' own records: simulated
-    against measured tok/s per phase, and what the simulator leaves out (host time between
-    prefill iterations, seen as launch-to-launch time per prompt token above the GPU time
-    priced; or, under load near the prefill capacity, SGLang's bounded prefill iterations
-    with decode steps between them, where the simulator prefills every arrival in one)."""
-    labels = [p.label() for p in trace.phases]
-    meas = [
-        _mean([float(r["phases"][i]["tok_s"]) for r in recs if len(r.get("phases", [])) > i])
-        for i in range(len(labels))
-    ]
-    per_phase = ", ".join(
-        f"{lb} {sp:.0f}/{m:.0f}" for lb, sp, m in zip(labels, sim_phases, meas, strict=False)
-    )
-    l2l, gpu, chunk = [], [], []
-    for r in recs:
-        pre = (r.get("iters") or {}).get("prefill") or {}
-        toks = float(pre.get("extend_tokens_mean") or 0.0)
-        if toks > 0:
-            l2l.append(1000.0 * float(pre["ms_mean"]) / toks)
-            chunk.append(toks)
-        pg = r.get("prefill_gpu") or {}
-        tokens = sum(float(v.get("tokens", 0)) for k, v in pg.items() if k.startswith("target"))
-        if tokens > 0:
-            gpu.append(1000.0 * sum(float(v.get("ms", 0.0)) for v in pg.values()) / tokens)
-    side = "over" if ratio > 1 else "under"
-    head = f"# miss[{trace.name}][{server}]: {side} by {abs(ratio - 1):.0%}"
-    head += f" (tok/s simulated/measured per phase: {per_phase})"
-    us = f"{_mean(l2l):.1f} us per prompt token launch-to-launch against {_mean(gpu):.1f} us GPU"
-    if ratio > 1:
-        return (
-            f"{head}: its prefill iterations ran {us}: host time between prefills, not in the "
-            "simulator"
-        )
-    prompt, _ = _mean_lengths(trace)
-    t_us, d_us = MEASURED_PREFILL_US
-    # the draft's prefill: always on a stock speculative server and in SPECULATING; deferred
-    # by specfsm while PLAIN (a policy that speculates in a phase pays it there, not counted)
-    per_token = t_us + (d_us if server in ("eagle", "specfsm_spec", "adaptive") else 0.0)
-    loads = []
+    """`sim_miss.why` with the trace's facts; for ``adaptive`` its candidate steps per phase."""
+    arrivals: list[int] = []
     if trace.phases[0].kind == "poisson":
-        counts = [0] * len(trace.phases)
+        arrivals = [0] * len(trace.phases)
         for i, _ in bench_traces.arrivals(trace):
-            counts[i] += 1
-        for lb, n, p in zip(labels, counts, trace.phases, strict=True):
-            demand = n * prompt * per_token * 1e-6 / p.seconds
-            if demand >= 0.8:
-                loads.append(f"{lb} {demand:.0%}")
-    if loads:
-        return (
-            f"{head}: prefill alone asks {', '.join(loads)} of the GPU (arrivals x "
-            f"{prompt:.0f} prompt tokens x {per_token:.1f} us), so the window's tokens hang on "
-            "how decode shares a saturated GPU, which the simulator schedules its own way (every "
-            "arrival prefilled whole in the next iteration beside one decode step) and SGLang "
-            f"its way (prefill chunks, {_mean(chunk):.0f} tokens on average here, decode "
-            "between them); not isolated further"
-        )
-    return f"{head}: prefill iterations ran {us}; cause not isolated"
+            arrivals[i] += 1
+    ran = {}
+    if server == "adaptive" and trace.phases[0].kind == "closed":
+        ctl = _controller(server, "h200_sglang0517_llama8b", 2.4)
+        assert isinstance(ctl, SGLangAdaptiveController)
+        for i, p in enumerate(trace.phases):
+            steps = ctl.candidate_steps(int(p.level))
+            ran[i] = (
+                f"SGLang 0.5.17's adaptive speculation runs {' or '.join(map(str, steps))} draft "
+                f"steps at {int(p.level)} requests, whose served step the table does not hold"
+            )
+    return sim_miss.why(
+        trace,
+        recs,
+        server,
+        ratio,
+        sim_phases,
+        sim_tpot,
+        prompt_mean=_mean_lengths(trace)[0],
+        prefill_us=MEASURED_PREFILL_US,
+        arrivals=arrivals,
+        ran=ran,
+    )
 
 
 def sim_lines(
@@ -420,7 +424,7 @@ def sim_lines(
             if server not in SERVERS:
                 lines.append(f"# serve_sim_vs_measured[{name}][{server}]: no simulated server")
                 continue
-            sim_phases = predict_phases(tr, server, table, accept_len, seeds=seeds)
+            sim_phases, sim_tpot = simulate(tr, server, table, accept_len, seeds=seeds)
             pred = sum(sim_phases) * _phase_s(tr) / tr.seconds
             ratio = pred / measured
             lines.append(
@@ -428,7 +432,7 @@ def sim_lines(
                 f"tok/s, measured {measured:.0f}; goal {GOAL[0]:g}-{GOAL[1]:g})"
             )
             if not GOAL[0] <= ratio <= GOAL[1]:
-                lines.append(_why(tr, recs, server, ratio, sim_phases))
+                lines.append(_miss_line(tr, recs, server, ratio, sim_phases, sim_tpot))
             raw = predict(tr, server, table, accept_len, prefill_us_per_token=None, seeds=seeds)
             table_ratios.append(f"{server} {raw / measured:.2f}")
         if table_ratios:

@@ -40,6 +40,9 @@ class RunResult:
     #: `run(phase_s=...)`: the phase length (s) and the tokens committed in each phase
     phase_s: float = 0.0
     phase_tokens: list[int] = attrs.Factory(list)
+    #: per phase: request-ms spent decoding / tokens committed by its iterations (the phase's
+    #: TPOT; an iteration counts in the phase it started in; nan where none committed)
+    phase_tpot_ms: list[float] = attrs.Factory(list)
 
     @property
     def switches_per_100(self) -> float:
@@ -101,6 +104,8 @@ class Meter:
         self.tpot_window_s = tpot_window_s
         self.phase_s = phase_s
         self.phase_tokens: list[int] = []
+        self.phase_req_ms: list[float] = []  # per phase: request-ms decoding
+        self.phase_tok: list[int] = []  # per phase: tokens committed (iterations started in it)
         self.finish_t: list[float] = []
         self.last_spec_shape: DraftShape | None = None
         self.tpots: list[float] = []
@@ -154,6 +159,13 @@ class Meter:
             w = int((t - dt - self.win_t0) / self.tpot_window_s)
             self.win_req_ms[w] = self.win_req_ms.get(w, 0.0) + ms * bs
             self.win_tok[w] = self.win_tok.get(w, 0) + n_tok
+        if self.phase_s > 0 and bs:
+            p = int(max(0.0, t - dt) / self.phase_s)
+            while len(self.phase_req_ms) <= p:
+                self.phase_req_ms.append(0.0)
+                self.phase_tok.append(0)
+            self.phase_req_ms[p] += ms * bs
+            self.phase_tok[p] += n_tok
         if self.timeline is not None:
             self.timeline.append((t, bs, plan.mode.value))
 
@@ -190,4 +202,8 @@ class Meter:
             finish_t_s=self.finish_t,
             phase_s=self.phase_s,
             phase_tokens=self.phase_tokens,
+            phase_tpot_ms=[
+                ms / n if n else float("nan")
+                for ms, n in zip(self.phase_req_ms, self.phase_tok, strict=True)
+            ],
         )

@@ -6,6 +6,7 @@ adaptive and run the launch shape statically, `adaptive_unsupported_reason`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from specfsm.fsm.table import Mode
@@ -83,7 +84,9 @@ class _SGLangSlot:
 class SGLangAdaptiveController(Controller):
     """SGLang 0.5.23 `--speculative-adaptive` (topk=1 chains; steps=0 keeps the draft warm).
 
-    `shape` is the server's launch shape. A chain (topk=1) must have its steps among the
+    `shape` is the server's launch shape; `graph_bs` the server's decode CUDA-graph batch
+    sizes (default SGLang 0.5.23's for `max_bs`), to which a batch is padded before its slot
+    is looked up. A chain (topk=1) must have its steps among the
     config's candidate steps (SGLang raises otherwise) and is the initial steps. topk != 1:
     SGLang's `adaptive_unsupported_reason` rejects it and `_maybe_disable_adaptive` falls back
     to static parameters with a warning, so the controller speculates with `shape` always.
@@ -96,6 +99,7 @@ class SGLangAdaptiveController(Controller):
         max_bs: int = 256,
         name: str = "sglang-adaptive",
         shape: DraftShape | None = None,
+        graph_bs: Sequence[int] | None = None,
     ) -> None:
         cfg = config if config is not None else SGLANG_DEFAULT_ADAPTIVE
         self.name = name
@@ -122,7 +126,7 @@ class SGLangAdaptiveController(Controller):
         self._slots = {
             int(k): _SGLangSlot(init, {**top, **v}) for k, v in cfg.items() if k.isdigit()
         }
-        self._graph_bs = sglang_spec_cuda_graph_bs(max_bs)
+        self._graph_bs = sorted(graph_bs) if graph_bs else sglang_spec_cuda_graph_bs(max_bs)
         self._shapes = {s: DraftShape.chain(s) for s in union if s > 0}
 
     def _route(self, bs: int) -> _SGLangSlot:
@@ -132,6 +136,10 @@ class SGLangAdaptiveController(Controller):
         padded = self._graph_bs[i] if i < len(self._graph_bs) else bs
         j = bisect.bisect_right(self._bs_list, padded) - 1
         return self._slots[self._bs_list[max(0, j)]]
+
+    def candidate_steps(self, bs: int) -> list[int]:
+        """The draft steps SGLang may run at batch size `bs` (its slot after graph padding)."""
+        return list(self._route(max(1, bs)).candidate_steps)
 
     def plan(
         self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0

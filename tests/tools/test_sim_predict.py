@@ -61,3 +61,50 @@ def test_sim_lines_parse_the_committed_run() -> None:
         if hit and not 0.9 <= float(hit.group(3)) <= 1.1:
             assert lines[i + 1].startswith("# miss[")
     assert any("PARTLY FITTED" in line for line in lines if line.startswith("#"))
+
+
+def test_adaptive_runs_the_served_release_and_graph_sizes() -> None:
+    """The simulated adaptive server is 0.5.17's, as served: its default config (no 5 steps at
+    bs 1) and the served CUDA-graph sizes, to which a batch pads before its slot is chosen (25
+    requests pad to 32: 0 or 1 draft steps; 49 pad to 64: none)."""
+    import servers
+
+    assert list(sim_predict.GPU_GRAPH_BS) == servers.GPU_GRAPH_BS
+    ctl = sim_predict._controller("adaptive", "h200_sglang0517_llama8b", 2.4)
+    assert ctl.candidate_steps(1) == [1, 3, 7]  # type: ignore[attr-defined]
+    assert ctl.candidate_steps(24) == [0, 1, 3]  # type: ignore[attr-defined]
+    assert ctl.candidate_steps(25) == [0, 1]  # type: ignore[attr-defined]
+    assert ctl.candidate_steps(48) == [0, 1]  # type: ignore[attr-defined]
+    assert ctl.candidate_steps(49) == [0]  # type: ignore[attr-defined]
+
+
+def test_a_decode_miss_is_named_with_its_phase() -> None:
+    """A miss whose worst phase's measured TPOT is far from the simulator's is a decode miss:
+    the line names the phase, both TPOTs and what the server runs there; a miss without such
+    a phase falls back to the prefill explanation."""
+    import sim_miss
+
+    light = traces.builtin("gpu", 7.0)["light"]
+    phases = [
+        {"tok_s": t, "tpot_p50_ms": tp}
+        for t, tp in ((224.0, 3.9), (1089.0, 6.4), (961.0, 28.0), (943.0, 5.4))
+    ]
+    rec = {"phases": phases, "iters": {"prefill": {"ms_mean": 44.0, "extend_tokens_mean": 1469.0}}}
+    sim = [212.0, 1043.0, 1993.0, 897.0]
+    kw = {"prompt_mean": 1200.0, "prefill_us": (23.17, 1.55), "arrivals": []}
+    line = sim_miss.why(
+        light, [rec], "adaptive", 1.289, sim, [4.0, 6.0, 14.3, 5.5], ran={2: "1 draft step"}, **kw
+    )
+    assert line.startswith("# miss[light][adaptive]: over by 29%")
+    assert "decode, not prefill: in c32" in line and "28.0 ms" in line and "14.3 ms" in line
+    assert line.endswith("; 1 draft step")
+    near = sim_miss.why(light, [rec], "adaptive", 1.289, sim, [4.0, 6.0, 25.0, 5.5], **kw)
+    assert "host time between prefills" in near
+
+
+def test_the_simulator_reports_tpot_per_phase() -> None:
+    """`simulate` gives a TPOT per phase beside its tok/s: at 32 requests a decode step is
+    shared by more requests than at 1, so a request waits longer per token."""
+    tok, tpot = sim_predict.simulate(traces.builtin("gpu", 7.0)["light"], "nospec", seeds=1)
+    assert len(tok) == len(tpot) == 4
+    assert all(t > 0 for t in tpot) and tpot[2] > tpot[0]
