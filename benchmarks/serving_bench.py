@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 
 import client
 import driver_log
+import host_probe
 import iters
 import phase_pins
 import summary
@@ -64,7 +65,9 @@ GPU_GOODPUT = {
     "reversal_window": 256,
 }
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
-MIRRORED = ("requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync", "torch_profile")
+MIRRORED = (
+    "requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync", "torch_profile", "host"
+)  # fmt: skip
 
 
 def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -217,6 +220,8 @@ def play_run(
     if pf_dir is not None and pf_dir.exists():
         m["prefill_gpu"] = iters.prefill_window(pf_dir, t0, t0 + trace.seconds)
     m["t0"] = t0
+    if (h := host_probe.window(out / "host" / "probe.jsonl", t0, t0 + trace.seconds)) is not None:
+        m["host"] = h
     tlog = out / "specfsm" / "transitions-rank0.jsonl"
     if label.startswith("specfsm_") and tlog.exists():
         m["switches"] = iters.switches(tlog, t0, t0 + trace.seconds + m["drain_s"])
@@ -299,6 +304,11 @@ def main() -> int:
         action="append",
         default=[],
         help="leave a run out of the summary: SERVER:TRACE:REP=reason (named in the header)",
+    )
+    ap.add_argument(
+        "--no-host-probe",
+        action="store_true",
+        help="no host sampler beside the servers (host_probe.py; on by default)",
     )
     ap.add_argument(
         "--freeze-gc",
@@ -397,6 +407,7 @@ def main() -> int:
                 f"{args.rep_base}"
             )
         bed = Bed(args.bed, out)
+        probe = None if args.no_host_probe else host_probe.start(out / "host" / "probe.jsonl")
         with open(out / "runs.jsonl", "a") as log:
             log.write(
                 json.dumps(
@@ -415,6 +426,8 @@ def main() -> int:
             else:
                 for name in [s for s in args.servers.split(",") if s]:
                     run_server(name, args, bed, tr, out, log)
+        if probe is not None:
+            host_probe.stop(probe)
     excl = {}
     for item in args.exclude:
         key, _, why = item.partition("=")

@@ -8,8 +8,9 @@ that the numbers show:
    whose arrivals' prefill does not saturate the GPU), a request's time per output token
    (TPOT p50, measured by the client) is `DECODE_OFF` times or more the simulator's
    (request-ms decoding / tokens committed, `RunResult.phase_tpot_ms`) on an over-prediction,
-   or that much below it on an under-prediction: the served step is not the one priced. The caller adds what the server ran there when it knows (SGLang's
-   adaptive speculation: its candidate draft steps at that batch size).
+   or that much below it on an under-prediction: the served step is not the one priced. The
+   caller adds what the server ran there when it knows (SGLang's adaptive speculation: its
+   candidate draft steps at that batch size).
 2. **Host time between prefills** (an over-prediction): prefill iterations launch-to-launch per
    prompt token against the GPU time the simulator prices.
 3. **A saturated GPU** (an under-prediction on a Poisson trace whose arrivals' prefill alone

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import host_probe
 import pauses
 from client import BIN_S
 from oracle import pair_lines, phase_oracle
@@ -349,6 +350,8 @@ def summarize(
                 )
             if (pl := pauses.line(t, lab, trace.seconds, runs_t)) is not None:
                 lines.append(pl)
+            if (hl := host_probe.line(t, lab, runs_t)) is not None:
+                lines.append(hl)
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:

@@ -69,6 +69,7 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         "serve_plain_vs_nospec_server_drained[light]",
         "serve_switches[light][specfsm_goodput]",
         "serve_tok_s[light][specfsm_shapes]",
+        "serve_host_probe[light][nospec]",
     ):
         _value(lines, key)
     # the shapes example as shipped started priced by its start-up profile: every shape it

@@ -524,3 +524,30 @@ def test_a_merge_that_refers_reads_the_sources_requests(tmp_path: Path) -> None:
     )
     assert summary._requests(out, merged) == [{"rid": "a", "output_ids": [1, 2]}]
     assert summary._requests(out, {**run, "rep": 5}) == []  # no copy under out/requests/
+
+
+def test_the_host_probe_samples_beside_the_servers(tmp_path: Path) -> None:
+    """The host sampler runs as a process of its own, a line per period; a run's seconds
+    reduce to its loop time, steal and pressure, printed per run in the summary; a run
+    outside its samples gets none, and a half-written line is skipped."""
+    import time
+
+    import host_probe
+
+    path = tmp_path / "host" / "probe.jsonl"
+    t0 = time.time()
+    proc = host_probe.start(path)
+    time.sleep(1.2)
+    host_probe.stop(proc)
+    t1 = time.time()
+    assert proc.returncode is not None
+    with open(path, "a") as fh:
+        fh.write("[1796454264.2, 0.9")  # cut mid-line
+    w = host_probe.window(path, t0, t1)
+    assert w is not None and w["samples"] >= 5
+    assert 0 < w["loop_ms_p50"] <= w["loop_ms_p90"] and 0 <= w["steal_max"] <= 1
+    assert host_probe.window(path, t1 + 10, t1 + 20) is None
+    text = host_probe.line("light", "nospec", [{"rep": 3, "host": w}, {"rep": 4}])
+    assert text is not None and text.startswith("serve_host_probe[light][nospec]: rep 3 loop ")
+    assert "rep 4" not in text
+    assert host_probe.line("light", "nospec", [{"rep": 4}]) is None
