@@ -149,17 +149,33 @@ def window(path: Path, t0: float, t1: float) -> dict[str, Any] | None:
     return out
 
 
-def line(trace: str, label: str, runs: Sequence[dict[str, Any]]) -> str | None:
-    """``serve_host_probe[T][S]``, per run that sampled the host: the loop's median and p90,
-    the worst steal share and CPU pressure, the cores' clocks."""
+def baselines(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per machine (a merged run's ``source``; one folder's runs are one machine): the median
+    over its runs of their loop medians, what `line` sets each run against."""
+    by: dict[str, list[float]] = {}
+    for r in runs:
+        if r.get("host"):
+            by.setdefault(str(r.get("source", "")), []).append(float(r["host"]["loop_ms_p50"]))
+    return {k: _median(v) for k, v in by.items()}
+
+
+def line(
+    trace: str, label: str, runs: Sequence[dict[str, Any]], base: dict[str, float] | None = None
+) -> str | None:
+    """``serve_host_probe[T][S]``, per run that sampled the host: the loop's median against
+    its machine's (`baselines`, as "1.00x"), its p90, the worst steal share and CPU pressure,
+    the cores' clocks."""
     hosts = [r for r in runs if r.get("host")]
     if not hosts:
         return None
     parts = []
     for r in hosts:
         h = r["host"]
-        text = f"rep {r['rep']} loop {h['loop_ms_p50']:.3f} ms (p90 {h['loop_ms_p90']:.3f})"
-        text += f", steal {100 * h['steal_max']:.1f}%"
+        text = f"rep {r['rep']} loop {h['loop_ms_p50']:.3f} ms"
+        ref = (base or {}).get(str(r.get("source", "")))
+        if ref:
+            text += f" ({h['loop_ms_p50'] / ref:.2f}x the machine's)"
+        text += f", p90 {h['loop_ms_p90']:.3f}, steal {100 * h['steal_max']:.1f}%"
         if h.get("psi_max") is not None:
             text += f", cpu pressure {h['psi_max']:.1f}%"
         if h.get("mhz_mean") is not None:

@@ -282,6 +282,7 @@ def summarize(
     for r in sorted(runs, key=lambda r: r["rep"]):
         by.setdefault((r["server"], r["trace"]), []).append(r)
     labels = sorted({r["server"] for r in runs}, key=lambda s: (s not in STATIC, s))
+    host_base = host_probe.baselines(runs)
     # a merged folder's own header comes first; its sources' carry ``source``
     top = [h for h in heads if "source" not in h] or heads
     head = top[-1] if top else {}
@@ -350,7 +351,7 @@ def summarize(
                 )
             if (pl := pauses.line(t, lab, trace.seconds, runs_t)) is not None:
                 lines.append(pl)
-            if (hl := host_probe.line(t, lab, runs_t)) is not None:
+            if (hl := host_probe.line(t, lab, runs_t, host_base)) is not None:
                 lines.append(hl)
             lost += sum(r["lost"] for r in runs_t)
         for name, (a, b, goal) in GOALS.items():

@@ -550,4 +550,11 @@ def test_the_host_probe_samples_beside_the_servers(tmp_path: Path) -> None:
     text = host_probe.line("light", "nospec", [{"rep": 3, "host": w}, {"rep": 4}])
     assert text is not None and text.startswith("serve_host_probe[light][nospec]: rep 3 loop ")
     assert "rep 4" not in text
+    # against its machine: a run whose loop took 1.3x the median of the machine's runs says so
+    slow = {**w, "loop_ms_p50": 1.3 * w["loop_ms_p50"]}
+    runs = [{"rep": i, "host": w} for i in range(3)] + [{"rep": 3, "host": slow}]
+    base = host_probe.baselines(runs)
+    assert base == {"": w["loop_ms_p50"]}
+    text = host_probe.line("light", "nospec", runs, base)
+    assert text is not None and "rep 3 loop" in text and "(1.30x the machine's)" in text
     assert host_probe.line("light", "nospec", [{"rep": 4}]) is None
