@@ -96,7 +96,6 @@ __all__ = [
     "RESULTS",
     "SERVERS",
     "predict",
-    "predict_phases",
     "sim_lines",
     "simulate",
 ]
@@ -266,21 +265,6 @@ def simulate(
     return [x / k / phase_s for x in sums], [x / k for x in tpots]
 
 
-def predict_phases(
-    trace: bench_traces.Trace,
-    server: str,
-    table: str = "h200_sglang0517_llama8b",
-    accept_len: float = 2.4,
-    *,
-    prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
-    seeds: int = 6,
-) -> list[float]:
-    """Predicted output tok/s per phase of `trace` (`simulate`'s first list)."""
-    return simulate(
-        trace, server, table, accept_len, prefill_us_per_token=prefill_us_per_token, seeds=seeds
-    )[0]
-
-
 def predict(
     trace: bench_traces.Trace,
     server: str,
@@ -296,13 +280,8 @@ def predict(
     acceptance at mean accept length `accept_len`. `prefill_us_per_token`: (target, draft) GPU
     us per prompt token, default the measured `MEASURED_PREFILL_US`; None: the simulator's own
     approximation from the table (`CostModel.prefill_ms`)."""
-    phases = predict_phases(
-        trace,
-        server,
-        table,
-        accept_len,
-        prefill_us_per_token=prefill_us_per_token,
-        seeds=seeds,
+    phases, _ = simulate(
+        trace, server, table, accept_len, prefill_us_per_token=prefill_us_per_token, seeds=seeds
     )
     return sum(phases) * _phase_s(trace) / trace.seconds
 
