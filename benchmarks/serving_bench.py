@@ -407,27 +407,25 @@ def main() -> int:
                 f"{args.rep_base}"
             )
         bed = Bed(args.bed, out)
+        head = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "argv": sys.argv,
+            "bed": args.bed,
+            "phase_s": phase_s,
+            "traces": {t: [p.label() for p in x.phases] for t, x in tr.items()},
+        }
         probe = None if args.no_host_probe else host_probe.start(out / "host" / "probe.jsonl")
-        with open(out / "runs.jsonl", "a") as log:
-            log.write(
-                json.dumps(
-                    {
-                        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                        "argv": sys.argv,
-                        "bed": args.bed,
-                        "phase_s": phase_s,
-                        "traces": {t: [p.label() for p in x.phases] for t, x in tr.items()},
-                    }
-                )
-                + "\n"
-            )
-            if args.url:
-                run_url(args, tr, out, log)
-            else:
-                for name in [s for s in args.servers.split(",") if s]:
-                    run_server(name, args, bed, tr, out, log)
-        if probe is not None:
-            host_probe.stop(probe)
+        try:
+            with open(out / "runs.jsonl", "a") as log:
+                log.write(json.dumps(head) + "\n")
+                if args.url:
+                    run_url(args, tr, out, log)
+                else:
+                    for name in [s for s in args.servers.split(",") if s]:
+                        run_server(name, args, bed, tr, out, log)
+        finally:
+            if probe is not None:
+                host_probe.stop(probe)
     excl = {}
     for item in args.exclude:
         key, _, why = item.partition("=")
