@@ -86,8 +86,8 @@ def sample_forever(path: Path) -> None:
 
     signal.signal(signal.SIGTERM, _term)
     parent = os.getppid()
-    cpus = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpus[-1]})
+    with contextlib.suppress(OSError):  # a container may refuse; the samples still count
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     steal0, all0 = _stat()
     with open(path, "a") as fh:
         while not stop and os.getppid() == parent:  # ends with the driver, however it ends
