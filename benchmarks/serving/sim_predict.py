@@ -179,6 +179,14 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
 
 
+def _arrival_counts(trace: bench_traces.Trace) -> list[int]:
+    """The trace's own Poisson arrivals per phase (`traces.arrivals`)."""
+    counts = [0] * len(trace.phases)
+    for i, _ in bench_traces.arrivals(trace):
+        counts[i] += 1
+    return counts
+
+
 def _load(trace: bench_traces.Trace) -> Load:
     kinds = {p.kind for p in trace.phases}
     if len(kinds) != 1:
@@ -188,9 +196,7 @@ def _load(trace: bench_traces.Trace) -> Load:
         kind, levels = "concurrency", [p.level for p in trace.phases]
     else:
         kind = "poisson"
-        counts = [0] * len(trace.phases)
-        for i, _ in bench_traces.arrivals(trace):
-            counts[i] += 1
+        counts = _arrival_counts(trace)
         levels = [n / p.seconds for n, p in zip(counts, trace.phases, strict=True)]
 
     def level(t: float) -> float:
@@ -333,11 +339,7 @@ def _miss_line(
     sim_tpot: Sequence[float],
 ) -> str:
     """`sim_miss.why` with the trace's facts; for ``adaptive`` its candidate steps per phase."""
-    arrivals: list[int] = []
-    if trace.phases[0].kind == "poisson":
-        arrivals = [0] * len(trace.phases)
-        for i, _ in bench_traces.arrivals(trace):
-            arrivals[i] += 1
+    arrivals = _arrival_counts(trace) if trace.phases[0].kind == "poisson" else []
     ran = {}
     if server == "adaptive" and trace.phases[0].kind == "closed":
         ctl = _controller(server, "h200_sglang0517_llama8b", 2.4)
