@@ -1,10 +1,10 @@
 """`specfsm logs summary|timeline|replay` and `specfsm bundle` on real logs: one CPU engine run
 (a forced flapping schedule, cached for the module), the committed H200 acceptance-suite logs,
-hand-made multi-rank and malformed logs."""
+hand-made multi-rank logs. Shapes in replay: test_logtools_shapes.py; malformed lines,
+faults and catch-ups: test_logs_recognize.py."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _log_lines import flap_lines, line, run_cli
 
-from specfsm.cli import main
 from specfsm.logtools.reader import read_logs
 from specfsm.logtools.replay import replay
 from specfsm.logtools.summary import dwells, reason_pattern, summarize
@@ -46,48 +46,6 @@ ENGINE_SCRIPT = textwrap.dedent(
         eng.shutdown()
     """
 )
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def line(event: str, rank: int, iteration: int, ts: float, **fields: Any) -> str:
-    return json.dumps({"event": event, "rank": rank, "iteration": iteration, "ts": ts, **fields})
-
-
-def trans(rank: int, it: int, src: str, dst: str, trigger: str, reason: str = "r") -> str:
-    return line(
-        "specfsm.transition",
-        rank,
-        it,
-        100.0 + it,
-        src=src,
-        dst=dst,
-        trigger=trigger,
-        reason=reason,
-        bs=4,
-        accept_lens=[2, 3],
-    )
-
-
-def obs(rank: int, it: int, mode: str, bs: int = 4) -> str:
-    return line("specfsm.observation", rank, it, 100.0 + it, mode=mode, bs=bs, accept_lens=[2])
-
-
-def flap_lines(rank: int, extra: bool = False) -> list[str]:
-    out = [
-        line("specfsm.config", rank, 0, 100.0, initial_mode="SPECULATING"),
-        trans(rank, 3, "SPECULATING", "DRAINING", "LOAD_HIGH", "decode_bs=40 > high=32"),
-        trans(rank, 3, "DRAINING", "PLAIN", "DRAINED"),
-        obs(rank, 5, "PLAIN"),
-    ]
-    if extra:  # this rank goes back to speculating at iteration 6, the other does not
-        out.append(trans(rank, 6, "PLAIN", "RESYNCING", "LOAD_LOW", "decode_bs=2 <= low=8"))
-    out.append(obs(rank, 8, "RESYNCING" if extra else "PLAIN"))
-    return out
 
 
 # ------------------------------------------------------------------------------ fixtures
@@ -255,55 +213,6 @@ def test_multirank_one_file_agreeing(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "every rank did the same at every iteration" in out
 
 
-def test_malformed_named_and_counted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Bad lines are named by file and line and fail the run unless --lenient; none is lost."""
-    f = tmp_path / "bad.jsonl"
-    good = flap_lines(0)
-    bad = [
-        good[0],
-        "{not json",
-        good[1],
-        json.dumps(
-            {
-                "event": "specfsm.transition",
-                "rank": 0,
-                "iteration": 4,
-                "src": "FAST",
-                "dst": "PLAIN",
-                "trigger": "LOAD_HIGH",
-            }
-        ),
-        "[1, 2]",
-        good[2],
-        json.dumps({"event": "specfsm.something_new", "rank": 0, "iteration": 4}),
-        *good[3:],
-    ]
-    f.write_text("\n".join(bad) + "\n")
-    rc, out, err = run_cli(capsys, "logs", "summary", str(f))
-    assert rc == 1
-    assert f"{f}:2: not JSON" in out and f"{f}:4: specfsm.transition: 'src' is not a mode" in out
-    assert f"{f}:5: not a JSON object" in out
-    assert "skipped: 3 (malformed 3," in out and "unknown events ignored: 1" in out
-    assert f"3 malformed line(s), first: {f}:2: not JSON" in err
-    rc, out, err = run_cli(capsys, "logs", "summary", "--lenient", str(f))
-    assert rc == 0 and "transitions: 2 (" in out
-    png = tmp_path / "x.png"
-    rc, _, err = run_cli(capsys, "logs", "timeline", str(f), "-o", str(png))
-    assert rc == 2 and err.count("\n") == 1 and f"{f}:2: not JSON" in err
-
-
-def test_truncated_last_line_tolerated(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A writer killed mid-line: the last line is counted and named, exit 0; stdin works."""
-    text = "\n".join(flap_lines(0)) + "\n" + trans(0, 9, "PLAIN", "RESYNCING", "LOAD_LOW")[:40]
-    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
-    rc, out, err = run_cli(capsys, "logs", "summary", "-")
-    assert rc == 0, err
-    assert "truncated last line 1" in out and "<stdin>:6: truncated last line (tolerated)" in out
-    assert "transitions: 2 (" in out
-
-
 def test_timeline_100k_iterations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A 100k-iteration log: series downsampled, all 2000 transitions drawn."""
     pytest.importorskip("matplotlib")
@@ -455,229 +364,3 @@ def test_sim_timeline_uses_shared_drawing(tmp_path: Path) -> None:
         mp.setattr(timeline_plot, "draw_mode_timeline", spy)
         plot_timeline(str(tmp_path / "sim.png"), [r], "t")
     assert calls == [2] and (tmp_path / "sim.png").stat().st_size > 5000
-
-
-def test_failures_from_a_real_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A log written by SpecFSM itself with a failing action and a faulting policy: the summary
-    lists the failed action with its error and the policy faults with their counts."""
-    from specfsm import Event, Observation, SpecFSM, TransitionLog, json_logger
-    from specfsm.fsm.errors import ModeActionError
-    from specfsm.fsm.testing import RecordingActions
-    from specfsm.policy import FixedPolicy
-
-    class Broken:
-        last_reason = ""
-
-        def decide(self, mode: Any, obs: Any) -> Any:
-            raise ZeroDivisionError("division by zero")
-
-        def describe(self) -> dict[str, object]:
-            return {"policy": "broken"}
-
-    path = tmp_path / "fsm.jsonl"
-    log = TransitionLog(json_logger(path), rank=0)
-    fsm = SpecFSM(FixedPolicy(True), RecordingActions(fail={"enter_draining": 1}), log=log)
-    log.config(fsm.describe())
-    with pytest.raises(ModeActionError):
-        fsm.process_event(Event.LOAD_HIGH, Observation(iteration=1, decode_bs=4), "test")
-    fsm.policy = FixedPolicy(True)
-    fsm.step(Observation(iteration=2, decode_bs=4))  # PLAIN -> RESYNCING
-    fsm.policy = Broken()
-    for it in range(3, 6):
-        fsm.step(Observation(iteration=it, decode_bs=4))
-    rc, out, err = run_cli(capsys, "logs", "summary", str(path))
-    assert rc == 0, err
-    assert "failed actions: 1" in out
-    assert "iteration 1 enter_draining: RuntimeError: injected failure in enter_draining" in out
-    assert "policy faults: 3, replaced: 1" in out
-    assert "broken (3/3): raised ZeroDivisionError: division by zero" in out
-    assert "FAULT: policy broken failed: raised ZeroDivisionError: division by zero" in out
-    # the failed SPECULATING->DRAINING is not logged; its FAULT (from DRAINING) reveals it
-    assert "mode changes not in the log: 1 (1 at a failed action, 0 unexplained)" in out
-
-
-def test_summary_counts_catchups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Zero-tax RESYNCING's specfsm.catchup lines are known events, summed in the summary
-    (count, lag tokens, requests, ms, requests past the lag buffer), text and JSON."""
-    lines = [
-        *flap_lines(0, extra=True),
-        line(
-            "specfsm.catchup", 0, 7, 107.0, rows=3, tokens=12, ms=1.5, overflow_rows=3, done=False
-        ),
-        line("specfsm.catchup", 0, 8, 108.0, rows=4, tokens=7, ms=2.0, overflow_rows=1, done=True),
-        trans(0, 9, "RESYNCING", "SPECULATING", "RESYNCED"),
-    ]
-    log = tmp_path / "t.jsonl"
-    log.write_text("\n".join(lines) + "\n")
-    rc, out, _ = run_cli(capsys, "logs", "summary", str(log))
-    assert rc == 0 and "unknown events ignored: 0" in out
-    assert "catch-ups (zero-tax RESYNCING): 2, 19 lag tokens of 7 requests, 3.5 ms" in out
-    rc, out, _ = run_cli(capsys, "logs", "summary", "--json", str(log))
-    assert json.loads(out)["ranks"][0]["catchups"] == {
-        "count": 2,
-        "tokens": 19,
-        "requests": 7,
-        "ms_total": 3.5,
-        "ms_max": 2.0,
-        "overflow_requests": 4,
-    }
-
-
-# ------------------------------------------------------------------------------ shapes
-def reshape_lines(named: bool = True) -> list[str]:
-    """A small run at bs 4: SPECULATING at chain3 (accept 2) to iteration 4, a RESHAPE to chain7
-    at iteration 5 (its line carries chain3's last accept lengths, 2.5), then chain7 (accept 4,
-    each line naming the round before it)."""
-    cfg: dict[str, Any] = {"initial_mode": "SPECULATING", "topk": 1, "steps": 3, "draft_tokens": 4}
-    if named:
-        cfg["shape_states"] = {"launch": "chain3", "chain7": {"build_s": 0.1, "device_mib": 0.0}}
-    out = [line("specfsm.config", 0, 0, 100.0, **cfg)]
-    out += [obs(0, it, "SPECULATING") for it in range(1, 5)]  # accept_lens [2]
-    reshape = trans(0, 5, "SPECULATING", "SPECULATING", "RESHAPE", "goodput: chain7")
-    out.append(reshape[:-1] + ', "shape_from": "chain3", "shape_to": "chain7", "shape_us": 12.0}')
-    for it in range(6, 10):
-        out.append(
-            line(
-                "specfsm.observation",
-                0,
-                it,
-                100.0 + it,
-                mode="SPECULATING",
-                bs=4,
-                accept_lens=[4],
-                accept_lens_iteration=it - 1,
-            )
-        )
-    return out
-
-
-class ReshapeAt:
-    """A test policy: RESHAPE to `shape` at iteration `at`, otherwise nothing."""
-
-    def __init__(self, at: int, shape: Any) -> None:
-        self.at, self.next_shape, self.last_reason = at, shape, ""
-
-    def decide(self, mode: Any, o: Any) -> Any:
-        from specfsm.fsm.table import Event
-
-        if o.iteration == self.at:
-            self.last_reason = "test: reshape"
-            return Event.RESHAPE
-        return None
-
-    def describe(self) -> dict[str, object]:
-        return {"policy": "reshape-at", "at": self.at}
-
-
-def _cost() -> Any:
-    from specfsm.model.acceptance import DraftShape
-    from specfsm.model.costs import CostModel, load_table
-
-    return CostModel(load_table("h200_sglang0517_llama8b"), DraftShape.chain(3))
-
-
-def test_shape_labels() -> None:
-    """Shape labels as the log writes them read back, a tree's included."""
-    from specfsm.logtools.shapes import shape_of
-    from specfsm.model.acceptance import DraftShape
-
-    for s in (DraftShape.chain(1), DraftShape.chain(7), DraftShape(4, 2, 16), DraftShape(4, 3, 8)):
-        assert shape_of(s.label()) == s
-    assert shape_of("nonsense") is None and shape_of(None) is None
-
-
-def test_replay_prices_each_stretch_at_its_shape(tmp_path: Path) -> None:
-    """Recorded RESHAPE chain3 -> chain7: the samples before it are priced at chain3 with
-    chain3's accept length, from it on at chain7 with chain7's; the RESHAPE line's accept lengths
-    (measured before it) count for chain3."""
-    from specfsm.logtools.replay import price
-    from specfsm.model.acceptance import DraftShape
-
-    f = tmp_path / "reshape.jsonl"
-    f.write_text("\n".join(reshape_lines()) + "\n")
-    run = read_logs([str(f)]).engines()[0].ranks[0][0]
-    cost = _cost()
-    c3, c7 = DraftShape.chain(3), DraftShape.chain(7)
-    res = replay(run, make_policy(parse_spec("fixed:speculate=true")), cost)
-    assert res.iterations == list(range(1, 10))
-    assert res.recorded_shapes == ["chain3"] * 4 + ["chain7"] * 5
-    assert res.launch_shape == "chain3" and res.shapes_named
-    spec_ms = 4 * cost.spec_ms(4, c3) + 5 * cost.spec_ms(4, c7)
-    want = 1000.0 * (4 * 4 * 2.0 + 5 * 4 * 4.0) / spec_ms
-    assert res.recorded_tps == pytest.approx(want)
-    assert res.always_spec_tps == pytest.approx(want)
-    # one shape throughout would have priced it differently
-    assert res.recorded_tps != pytest.approx(
-        price(cost, [r for r in run.observations], ["SPECULATING"] * 8, [2.0] * 4 + [4.0] * 4)
-    )
-    # the fixed policy never reshapes: its replay stays at chain3, with chain3's accept length
-    # (2, then the RESHAPE line's 2.5, the last measured at chain3, from iteration 5 on)
-    assert res.replayed_shapes == ["chain3"] * 9
-    want = 1000.0 * (4 * 4 * 2.0 + 5 * 4 * 2.5) / (9 * cost.spec_ms(4, c3))
-    assert res.replayed_tps == pytest.approx(want)
-    assert [(d.iteration, d.trigger) for d in res.recorded] == [(5, "RESHAPE")]
-    assert "chain3 2.10 (5)" in res.accept_len_source and "chain7 4.00 (4)" in res.accept_len_source
-
-
-def test_replay_follows_the_replayed_reshape(tmp_path: Path) -> None:
-    """A policy that reshapes where the recorded one did: the replayed machine follows it, the
-    decisions agree, and both sequences price the same."""
-    from specfsm.model.acceptance import DraftShape
-
-    f = tmp_path / "reshape.jsonl"
-    f.write_text("\n".join(reshape_lines()) + "\n")
-    run = read_logs([str(f)]).engines()[0].ranks[0][0]
-    res = replay(run, ReshapeAt(5, DraftShape.chain(7)), _cost())
-    assert res.replayed_shapes == res.recorded_shapes
-    assert res.decision_diffs() == []
-    assert res.replayed_tps == pytest.approx(res.recorded_tps)
-
-
-def test_replay_launch_from_shape_from(tmp_path: Path) -> None:
-    """Without shape_states the launch shape is the first RESHAPE's shape_from; --shape (the
-    `launch` argument) overrides it."""
-    from specfsm.model.acceptance import DraftShape
-
-    f = tmp_path / "reshape.jsonl"
-    f.write_text("\n".join(reshape_lines(named=False)) + "\n")
-    run = read_logs([str(f)]).engines()[0].ranks[0][0]
-    policy = make_policy(parse_spec("fixed:speculate=true"))
-    cost = _cost()
-    res = replay(run, policy, cost)
-    assert res.recorded_shapes[:4] == ["chain3"] * 4
-    res5 = replay(
-        run,
-        make_policy(parse_spec("fixed:speculate=true")),
-        cost,
-        None,
-        "zero_tax",
-        DraftShape.chain(5),
-    )
-    assert res5.recorded_shapes == ["chain5"] * 4 + ["chain7"] * 5
-
-
-def test_replay_without_shapes_unchanged(tmp_path: Path) -> None:
-    """A log without shapes is priced at the cost model's shape, as before shapes existed."""
-    f = tmp_path / "a.jsonl"
-    f.write_text("\n".join(flap_lines(0)) + "\n")
-    run = read_logs([str(f)]).engines()[0].ranks[0][0]
-    cost = _cost()
-    res = replay(run, make_policy(parse_spec("fixed:speculate=true")), cost, plain="zero_tax")
-    assert not res.shapes_named and set(res.recorded_shapes) == {"chain3"}
-    # samples: iteration 3 (transition line, SPECULATING, accept 2.5), 5 and 8 (PLAIN)
-    assert res.recorded_modes == ["PLAIN", "PLAIN", "PLAIN"]
-    assert res.always_spec_tps == pytest.approx(1000.0 * 3 * 4 * 2.5 / (3 * cost.spec_ms(4)))
-
-
-def test_replay_cli_shapes_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The CLI names the launch shape and counts SPECULATING samples per shape."""
-    f = tmp_path / "reshape.jsonl"
-    f.write_text("\n".join(reshape_lines()) + "\n")
-    rc, out, _ = run_cli(capsys, "logs", "replay", str(f), "--policy", "fixed:speculate=true")
-    assert rc == 0
-    assert "shapes: launch chain3; RESHAPEs recorded 1, replayed 0" in out
-    assert "chain3 9/9" not in out and "chain3 4/9, chain7 5/0" in out
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text("\n".join(reshape_lines()).replace('"shape_to": "chain7"', '"shape_to": "x"'))
-    rc, _, err = run_cli(capsys, "logs", "replay", str(bad), "--policy", "fixed:speculate=true")
-    assert rc == 2 and "no readable shape_to" in err and "Traceback" not in err
