@@ -1,0 +1,194 @@
+"""The serving benchmark's server-side parts: the start-up profile kept with a run, the shapes
+example as a server of its own, a server that starts again on another port when its port was
+taken, a merge that refers to its sources' requests, and the host probe beside the servers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
+
+import summary
+import traces
+
+
+def test_the_start_up_profile_rows_are_kept_with_the_run(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import argparse
+    import json
+
+    import serving_bench
+
+    args = argparse.Namespace(goodput=json.dumps({"name": "goodput"}), profile=None)
+    assert "profile" not in serving_bench.fsm_config(args, tmp_path)
+    args.profile = json.dumps({"bs": [1, 4]})
+    cfg = serving_bench.fsm_config(args, tmp_path)
+    assert cfg["profile"] == {
+        "bs": [1, 4],
+        "save": str(tmp_path / "specfsm" / "profile-{rank}.csv"),
+    }
+    args.profile = json.dumps({"bs": [1], "save": "/elsewhere/p-{rank}.csv"})
+    assert serving_bench.fsm_config(args, tmp_path)["profile"]["save"] == "/elsewhere/p-{rank}.csv"
+
+
+def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
+    """``specfsm_shapes``: EAGLE launched at chain 7 with the plugin and the shapes example as
+    shipped (its own log, the bench's control file); the summary judges it like the other
+    configurations and sets its KV pool beside the stock server's."""
+    import gzip
+    import json
+
+    import servers
+
+    cfg = servers.shapes_config(Path("/x"))
+    shipped = json.loads(servers.SHAPES_EXAMPLE.read_text())
+    assert cfg["policy"] == shipped["policy"] and cfg["shapes"] == shipped["shapes"]
+    assert cfg["log"] == "/x/transitions-rank{rank}.jsonl" and "control_file" not in cfg
+    # the shipped start-up profile, its rows kept beside the log (not the specfsm server's file)
+    assert cfg["profile"] == {**shipped["profile"], "save": "/x/profile_shapes-{rank}.csv"}
+    small = servers.shapes_config(Path("/x"), "cpu")["profile"]
+    assert small == {**servers.CPU_SHAPES_PROFILE, "save": "/x/profile_shapes-{rank}.csv"}
+    bed = servers.Bed("gpu", tmp_path)
+    assert bed.engine_args("specfsm_shapes")["speculative_num_steps"] == 7
+    assert bed.engine_args("specfsm_shapes")["speculative_num_draft_tokens"] == 8
+    assert bed.engine_args("specfsm")["speculative_num_steps"] == 3
+    assert bed.server_env("specfsm_shapes")["SGLANG_PLUGINS"] == "specfsm"
+    assert "SGLANG_PLUGINS" not in bed.server_env("eagle") or (
+        "specfsm" not in bed.server_env("eagle")["SGLANG_PLUGINS"]
+    )
+
+    light = traces.builtin("gpu", 7.0)["light"]
+    (tmp_path / "requests").mkdir()
+    recs: list[dict[str, object]] = []
+    for lab, tok, kv in (
+        ("nospec", 100.0, 110),
+        ("eagle", 90.0, 100),
+        ("specfsm_shapes", 105.0, 99),
+    ):
+        phases = [{"phase": p.label(), "tok_s": tok} for p in light.phases]
+        recs.append({"server": lab, "start_s": 1.0, "kv_tokens": kv})
+        recs.append(
+            {"server": lab, "trace": "light", "rep": 0, "tok_s": tok, "lost": 0, "phases": phases}
+        )
+        with gzip.open(tmp_path / "requests" / f"{lab}_light_rep0.jsonl.gz", "wt") as fh:
+            fh.write(json.dumps({"k": 0, "status": "done", "ids_sha": "a"}) + "\n")
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = summary.summarize(tmp_path / "runs.jsonl", {"light": light})
+    assert any(x.startswith("serve_specfsm_shapes_vs_best_static[light]: 1.050") for x in lines)
+    assert any(x.startswith("serve_specfsm_shapes_vs_phase_oracle[light]: 1.050") for x in lines)
+    assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
+
+
+_STAND_IN = """
+import http.server, socket, sys, time
+port = int(sys.argv[1])
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port))
+except OSError:
+    # what uvicorn prints when its port was taken; the process then waits without serving
+    print(f"ERROR: [Errno 98] error while attempting to bind on address "
+          f"('127.0.0.1', {port}): address already in use", flush=True)
+    time.sleep(60)
+s.close()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    """A port taken between the draw and the bind (uvicorn logs it and waits without serving)
+    is drawn again at once instead of waiting out the start-up timeout."""
+    import socket
+    import time
+
+    import servers
+
+    class StandIn(servers.Server):
+        def argv(self) -> list[str]:
+            return [sys.executable, "-c", _STAND_IN, str(self.port)]
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    srv = StandIn(servers.Bed("gpu", tmp_path), "nospec", tmp_path / "server.log")
+    srv.port = taken.getsockname()[1]
+    said: list[str] = []
+    t0 = time.monotonic()
+    try:
+        srv.start(60.0, said.append)
+        assert srv.port != taken.getsockname()[1]
+        assert servers.PORT_RANGE[0] <= srv.port < servers.PORT_RANGE[1]
+        assert time.monotonic() - t0 < 30.0
+        assert len(said) == 1 and "was taken" in said[0] and str(srv.port) in said[0]
+    finally:
+        srv.stop()
+        taken.close()
+
+
+def test_a_merge_that_refers_reads_the_sources_requests(tmp_path: Path) -> None:
+    """``merge.py --refer``: no copy of the sources' request files, each run names its own
+    (relative to the merged folder), and the summary's readers find them there."""
+    import gzip
+    import json
+
+    import merge
+
+    src = tmp_path / "machine"
+    (src / "requests").mkdir(parents=True)
+    run = {"server": "nospec", "trace": "light", "rep": 1, "tok_s": 10.0}
+    (src / "runs.jsonl").write_text(
+        json.dumps({"started": "x", "bed": "gpu"}) + "\n" + json.dumps(run) + "\n"
+    )
+    with gzip.open(src / "requests" / "nospec_light_rep1.jsonl.gz", "wt") as fh:
+        fh.write(json.dumps({"rid": "a", "output_ids": [1, 2]}) + "\n")
+    out = tmp_path / "merged"
+    merge.merge([(src, 4, set())], out, ["merge.py"], refer=True)
+    assert not (out / "requests").exists()
+    recs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    (merged,) = [r for r in recs if "trace" in r]
+    assert (
+        merged["rep"] == 5
+        and merged["requests_file"] == "../machine/requests/nospec_light_rep1.jsonl.gz"
+    )
+    assert summary._requests(out, merged) == [{"rid": "a", "output_ids": [1, 2]}]
+    assert summary._requests(out, {**run, "rep": 5}) == []  # no copy under out/requests/
+
+
+def test_the_host_probe_samples_beside_the_servers(tmp_path: Path) -> None:
+    """The host sampler runs as a process of its own, a line per period; a run's seconds
+    reduce to its loop time, steal and pressure, printed per run in the summary; a run
+    outside its samples gets none, and a half-written line is skipped."""
+    import time
+
+    import host_probe
+
+    path = tmp_path / "host" / "probe.jsonl"
+    t0 = time.time()
+    proc = host_probe.start(path)
+    deadline = time.time() + 60  # a loaded machine starts the interpreter late
+    while time.time() < deadline and (not path.exists() or len(path.read_text().splitlines()) < 6):
+        time.sleep(0.2)
+    host_probe.stop(proc)
+    t1 = time.time()
+    assert proc.returncode is not None
+    with open(path, "a") as fh:
+        fh.write("[1796454264.2, 0.9")  # cut mid-line
+    w = host_probe.window(path, t0, t1)
+    assert w is not None and w["samples"] >= 5
+    assert 0 < w["loop_ms_p50"] <= w["loop_ms_p90"] and 0 <= w["steal_max"] <= 1
+    assert host_probe.window(path, t1 + 10, t1 + 20) is None
+    text = host_probe.line("light", "nospec", [{"rep": 3, "host": w}, {"rep": 4}])
+    assert text is not None and text.startswith("serve_host_probe[light][nospec]: rep 3 loop ")
+    assert "rep 4" not in text
+    # against its machine: a run whose loop took 1.3x the median of the machine's runs says so
+    slow = {**w, "loop_ms_p50": 1.3 * w["loop_ms_p50"]}
+    runs = [{"rep": i, "host": w} for i in range(3)] + [{"rep": 3, "host": slow}]
+    base = host_probe.baselines(runs)
+    assert base == {"": w["loop_ms_p50"]}
+    text = host_probe.line("light", "nospec", runs, base)
+    assert text is not None and "rep 3 loop" in text and "(1.30x the machine's)" in text
+    assert host_probe.line("light", "nospec", [{"rep": 4}]) is None
