@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The lines benchmarks/gpu/sitecustomize.py gets for the GPU box, where run_on_device.sh copies
-#: agree_weights.py next to it; written here, with that copy, into a temp folder on PYTHONPATH so
-#: that SGLang's spawned scheduler process installs the hook.
+#: agree_weights.py and agree_math.py next to it; written here, with that copy, into a temp
+#: folder on PYTHONPATH so that SGLang's spawned scheduler process installs the hook.
 SITE_LINES = """\
 import os
 
@@ -171,7 +171,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, A
 
     site = tmp_path_factory.mktemp("agree_site")
     (site / "sitecustomize.py").write_text(SITE_LINES)
-    shutil.copy(ROOT / "benchmarks" / "gpu" / "agree_weights.py", site)
+    for name in ("agree_weights.py", "agree_math.py"):  # as run_on_device.sh copies them
+        shutil.copy(ROOT / "benchmarks" / "gpu" / name, site)
     prompts = default_prompts(n=4, length=12, seed=0)
     out: dict[str, list[dict[str, Any]]] = {}
     for name, (rate, spec) in RUNS.items():
