@@ -13,15 +13,19 @@ saved request files drop, so runs recorded before this module have none.
 
 Beside them, the servers' own long garbage collections: the GPU bed launches every server with
 SGLang's ``--gc-warning-threshold-secs`` (0.1 s), whose warning lines `long_gc` counts in each
-server's log, so a pause and a collection of the same length can be put side by side.
+server's log, and says how many of the pauses of that server's runs fall in one. A warning's
+time is the log's, to the second, when the collection ended; the log's clock is read as UTC (the
+GPU box's and the CPU bed's), against the runs' start times (``t0``, seconds since the epoch).
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,21 +92,60 @@ def line(trace: str, label: str, seconds: float, runs: Sequence[dict[str, Any]])
     return text + f" (info: >= {MIN_S:g} s with requests streaming and no token arriving)"
 
 
-_GC = re.compile(r"LONG GARBAGE COLLECTION DETECTED \| Generation (\S+) \| Duration: ([0-9.]+)s")
+_GC = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] LONG GARBAGE COLLECTION DETECTED \| "
+    r"Generation (\S+) \| Duration: ([0-9.]+)s",
+    re.M,
+)
 
 
-def long_gc(logs: Path) -> list[str]:
-    """``serve_long_gc[SERVER]`` per server log in `logs` (``server_<name>.log``) launched with
-    the warning on: collections over the threshold, the longest and its generation."""
+def collections(text: str) -> list[tuple[float, float, str]]:
+    """(the second the warning was logged, since the epoch; seconds; generation) of each long
+    collection in a server log's text."""
     out = []
-    for log in sorted(logs.glob("server_*.log")):
+    for stamp, gen, dur in _GC.findall(text):
+        at = calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+        out.append((float(at), float(dur), gen))
+    return out
+
+
+def in_collection(start: float, length: float, found: Sequence[tuple[float, float, str]]) -> bool:
+    """Whether a pause [start, start + length] (since the epoch) overlaps a collection that
+    ended within the second its warning names (a bin's width of slack either side)."""
+    return any(at - dur - length - BIN_S < start < at + 1.0 + BIN_S for at, dur, _ in found)
+
+
+def _runs_of(name: str, names: Sequence[str], runs: Sequence[dict[str, Any]]) -> list[Any]:
+    """The runs served by the server whose log is ``server_<name>.log``: its label, or a
+    variant of it (``<name>_...``) that no log of a longer name claims."""
+
+    def owner(label: str) -> str | None:
+        fits = [n for n in names if label == n or label.startswith(n + "_")]
+        return max(fits, key=len) if fits else None
+
+    return [r for r in runs if owner(str(r.get("server", ""))) == name]
+
+
+def long_gc(logs: Path, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """``serve_long_gc[SERVER]`` per server log in `logs` (``server_<name>.log``) launched with
+    the warning on: collections over the threshold, the longest and its generation, and how
+    many of the stream pauses of the server's `runs` (those with a start time) fall in one."""
+    out = []
+    paths = sorted(logs.glob("server_*.log"))
+    names = [log.stem[len("server_") :] for log in paths]
+    for log, name in zip(paths, names, strict=True):
         text = log.read_text(errors="replace")
         if "gc_warning_threshold_secs=0.0" in text or "gc_warning_threshold_secs" not in text:
             continue
-        found = [(float(d), g) for g, d in _GC.findall(text)]
-        line = f"serve_long_gc[{log.stem[len('server_') :]}]: {len(found)}"
+        found = collections(text)
+        line = f"serve_long_gc[{name}]: {len(found)}"
         if found:
-            d, g = max(found)
+            d, _, g = max((d, at, g) for at, d, g in found)
             line += f", longest {d:.2f} s (generation {g})"
+        timed = [r for r in _runs_of(name, names, runs) if "t0" in r and "stream_pauses" in r]
+        every = [(float(r["t0"]) + p[0], p[1]) for r in timed for p in r["stream_pauses"]]
+        if every:
+            hit = sum(in_collection(a, b, found) for a, b in every)
+            line += f"; {hit} of the {len(every)} stream pauses of its runs in one"
         out.append(line + " (info: SGLang's warnings of a garbage collection over its threshold)")
     return out

@@ -433,4 +433,4 @@ def summarize(
     lines.append(
         f"serve_memory_leaks_reported: {len(leaks)}" + (f" ({', '.join(leaks)})" if leaks else "")
     )
-    return lines + pauses.long_gc(out / "logs")
+    return lines + pauses.long_gc(out / "logs", runs)

@@ -64,3 +64,32 @@ def test_long_collections_are_counted_where_the_warning_was_on(tmp_path: Path) -
         "serve_long_gc[eagle]: 0" + why,
         "serve_long_gc[nospec]: 2, longest 0.45 s (generation 2)" + why,
     ]
+
+
+def test_pauses_are_matched_to_the_collections_of_their_own_server(tmp_path: Path) -> None:
+    """A pause overlapping a collection (the warning logged, to the second, as it ended) counts
+    for the server whose log holds it; a variant's runs belong to the longest log name they
+    extend (specfsm_goodput -> specfsm, specfsm_shapes -> specfsm_shapes)."""
+    import calendar
+
+    on = "[2026-12-05 13:20:03] server_args=ServerArgs(gc_warning_threshold_secs=0.1)\n"
+    warn = (
+        "[2026-12-05 13:24:22] LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: "
+        "0.4675s | # Objects: gen0=3, gen1=0, gen2=776597 | This may cause latency jitter.\n"
+    )
+    for name in ("specfsm", "specfsm_shapes"):
+        (tmp_path / f"server_{name}.log").write_text(on + warn)
+    t0 = calendar.timegm((2026, 12, 5, 13, 24, 0, 0, 0, 0))
+    runs = [
+        # 21.55 + 0.4: the collection ran 21.53-22.0 (logged at 22) -> in one; 40.0: in none
+        {"server": "specfsm_goodput", "rep": 0, "t0": t0, "stream_pauses": [[21.55, 0.4, 9]]},
+        {"server": "specfsm_example", "rep": 0, "t0": t0, "stream_pauses": [[40.0, 0.5, 9]]},
+        {"server": "specfsm_shapes", "rep": 0, "t0": t0 + 30, "stream_pauses": [[0.0, 0.4, 9]]},
+        {"server": "specfsm_spec", "rep": 1, "stream_pauses": [[21.55, 0.4, 9]]},  # no t0
+    ]
+    lines = pauses.long_gc(tmp_path, runs)
+    assert "serve_long_gc[specfsm]: 1, longest 0.47 s (generation 2); 1 of the 2 " in lines[0]
+    shapes = "serve_long_gc[specfsm_shapes]: 1, longest 0.47 s (generation 2); 0 of the 1 "
+    assert shapes in lines[1]
+    assert pauses.in_collection(t0 + 21.55, 0.4, pauses.collections(warn))
+    assert not pauses.in_collection(t0 + 23.2, 0.4, pauses.collections(warn))
