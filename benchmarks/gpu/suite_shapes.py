@@ -50,6 +50,7 @@ class ShapePhases:
     args: Any
     fsm: bool
     out: Path
+    tag: str
     engine: Any
 
     if TYPE_CHECKING:  # the suite's plumbing, which these phases call
