@@ -92,19 +92,20 @@ def line(trace: str, label: str, seconds: float, runs: Sequence[dict[str, Any]])
     return text + f" (info: >= {MIN_S:g} s with requests streaming and no token arriving)"
 
 
+#: a warning line; its time from the line's leading "[YYYY-MM-DD HH:MM:SS ...]" where it has one
 _GC = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] LONG GARBAGE COLLECTION DETECTED \| "
-    r"Generation (\S+) \| Duration: ([0-9.]+)s",
+    r"^(?:\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]\n]*\] )?.*?"
+    r"LONG GARBAGE COLLECTION DETECTED \| Generation (\S+) \| Duration: ([0-9.]+)s",
     re.M,
 )
 
 
 def collections(text: str) -> list[tuple[float, float, str]]:
-    """(the second the warning was logged, since the epoch; seconds; generation) of each long
-    collection in a server log's text."""
+    """(the second the warning was logged, since the epoch, NaN for a line without a time;
+    seconds; generation) of each long collection in a server log's text."""
     out = []
     for stamp, gen, dur in _GC.findall(text):
-        at = calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+        at = calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) if stamp else math.nan
         out.append((float(at), float(dur), gen))
     return out
 

@@ -93,3 +93,16 @@ def test_pauses_are_matched_to_the_collections_of_their_own_server(tmp_path: Pat
     assert shapes in lines[1]
     assert pauses.in_collection(t0 + 21.55, 0.4, pauses.collections(warn))
     assert not pauses.in_collection(t0 + 23.2, 0.4, pauses.collections(warn))
+
+
+def test_a_warning_line_with_a_rank_tag_or_no_time_is_still_counted() -> None:
+    """A warning under a "[time TP0]" prefix keeps its time; one without a time is counted
+    and matched to no pause."""
+    text = (
+        "[2026-12-05 13:24:22 TP0] LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: "
+        "0.4675s | x\nLONG GARBAGE COLLECTION DETECTED | Generation 1 | Duration: 0.2s | x\n"
+    )
+    (tagged, bare) = pauses.collections(text)
+    assert tagged[1:] == (0.4675, "2") and bare[1:] == (0.2, "1")
+    assert not pauses.in_collection(tagged[0], 0.4, [bare])
+    assert pauses.in_collection(tagged[0] - 0.3, 0.4, [tagged])
