@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servers import server_of
+
 
 def parse_source(text: str) -> tuple[Path, int, set[str]]:
     """``DIR:OFFSET[:LABEL,LABEL]`` -> (folder, repetition offset, labels kept; empty: all)."""
@@ -63,9 +65,7 @@ def merge(
         # a run's label is its server's name (``specfsm_shapes``) or the server and a variant
         # (``specfsm_goodput``)
         names = {r["server"] for r in recs if "trace" not in r and "server" in r}
-        kept_servers = {
-            r["server"] if r["server"] in names else r["server"].split("_")[0] for r in runs
-        }
+        kept_servers = {server_of(r["server"], names) for r in runs}
         pending: dict[str, Any] | None = None
         for r in recs:
             if "started" in r:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from client import BIN_S
+from servers import server_of
 
 #: the shortest silence reported (s)
 MIN_S = 0.3
@@ -116,17 +117,6 @@ def in_collection(start: float, length: float, found: Sequence[tuple[float, floa
     return any(at - dur - length - BIN_S < start < at + 1.0 + BIN_S for at, dur, _ in found)
 
 
-def _runs_of(name: str, names: Sequence[str], runs: Sequence[dict[str, Any]]) -> list[Any]:
-    """The runs served by the server whose log is ``server_<name>.log``: its label, or a
-    variant of it (``<name>_...``) that no log of a longer name claims."""
-
-    def owner(label: str) -> str | None:
-        fits = [n for n in names if label == n or label.startswith(n + "_")]
-        return max(fits, key=len) if fits else None
-
-    return [r for r in runs if owner(str(r.get("server", ""))) == name]
-
-
 def long_gc(logs: Path, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
     """``serve_long_gc[SERVER]`` per server log in `logs` (``server_<name>.log``) launched with
     the warning on: collections over the threshold, the longest and its generation, and how
@@ -143,7 +133,8 @@ def long_gc(logs: Path, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
         if found:
             d, _, g = max((d, at, g) for at, d, g in found)
             line += f", longest {d:.2f} s (generation {g})"
-        timed = [r for r in _runs_of(name, names, runs) if "t0" in r and "stream_pauses" in r]
+        mine = [r for r in runs if server_of(str(r.get("server", "")), names) == name]
+        timed = [r for r in mine if "t0" in r and "stream_pauses" in r]
         every = [(float(r["t0"]) + p[0], p[1]) for r in timed for p in r["stream_pauses"]]
         if every:
             hit = sum(in_collection(a, b, found) for a, b in every)

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,13 @@ PLUGGED = ("specfsm", "specfsm_shapes")
 VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft", "phases")
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
 SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
+
+
+def server_of(label: str, names: Collection[str]) -> str:
+    """The server a run's label names: the label itself where it is one of `names`
+    (``specfsm_shapes``), else the server before its variant (``specfsm_goodput``)."""
+    return label if label in names else label.split("_")[0]
+
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 #: the launch of ``specfsm_shapes``: the widest shape of its example (its README's command)

@@ -68,8 +68,8 @@ def test_long_collections_are_counted_where_the_warning_was_on(tmp_path: Path) -
 
 def test_pauses_are_matched_to_the_collections_of_their_own_server(tmp_path: Path) -> None:
     """A pause overlapping a collection (the warning logged, to the second, as it ended) counts
-    for the server whose log holds it; a variant's runs belong to the longest log name they
-    extend (specfsm_goodput -> specfsm, specfsm_shapes -> specfsm_shapes)."""
+    for the server whose log holds it; a run's label names its server as the merge reads it
+    (servers.server_of: specfsm_goodput -> specfsm, specfsm_shapes -> specfsm_shapes)."""
     import calendar
 
     on = "[2026-12-05 13:20:03] server_args=ServerArgs(gc_warning_threshold_secs=0.1)\n"
