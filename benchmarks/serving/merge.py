@@ -9,7 +9,8 @@ they share (a ratio never divides a run by one from another machine unless the f
 measured that way), and says so where two servers share none. Every run and server record
 keeps where it came from (``source``, ``rep_measured``); each folder's header is kept, so the
 summary names every command. LABELs keep only those servers' runs (``adaptive``, or
-``specfsm_plain``); a server record (start time, KV pool) is kept when one of its runs is.
+``specfsm_plain``); a server record (start time, KV pool) is kept when one of its runs is, and
+a server's failed start whenever its label is kept.
 A folder's ``requests/`` files are copied under their new repetition numbers, so the greedy
 comparison with the no-speculation server runs on the merged folder as on a measured one;
 with ``--refer`` each run names its source file instead (``requests_file``, relative to the
@@ -83,7 +84,11 @@ def merge(
                     tagged["requests_file"] = os.path.relpath(src, out)
                 elif src.exists():
                     shutil.copyfile(src, out / "requests" / _name(r, r["rep"] + offset))
-            elif r.get("server") not in kept_servers or "start_failed" in r:
+            elif "start_failed" in r:
+                # a server that never came up has no runs, yet its failure is the finding
+                if not _keep(str(r.get("server")), labels):
+                    continue
+            elif r.get("server") not in kept_servers:
                 continue
             if pending is not None:
                 lines.append(json.dumps(pending))

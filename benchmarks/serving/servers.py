@@ -193,7 +193,9 @@ class Bed:
                 "cuda_graph_bs_decode": GPU_GRAPH_BS,
                 "cuda_graph_max_bs_decode": max(GPU_GRAPH_BS),
                 "max_running_requests": 256,
-                "mem_fraction_static": 0.8,
+                # MEM_FRACTION: the shapes example's extra states do not fit beside a 0.8 pool
+                # on an 80 GiB card (docs/serving.md); every server of a driver gets the same
+                "mem_fraction_static": float(os.environ.get("MEM_FRACTION", "0.8")),
                 "random_seed": 0,
                 "log_level": "info",
                 # logs every garbage collection of SGLang's processes longer than this (s):

@@ -425,7 +425,11 @@ def summarize(
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")
     lines.append(f"serve_greedy_mismatches: {mism}")
-    failed = [s["server"] for s in servers if "start_failed" in s or "error" in s]
+    failed = [
+        s["server"] + (f" in {s['source']}" if s.get("source") else "")
+        for s in servers
+        if "start_failed" in s or "error" in s
+    ]
     lines.append(
         f"serve_servers_failed: {len(failed)}" + (f" ({', '.join(failed)})" if failed else "")
     )

@@ -192,3 +192,24 @@ def test_the_host_probe_samples_beside_the_servers(tmp_path: Path) -> None:
     text = host_probe.line("light", "nospec", runs, base)
     assert text is not None and "rep 3 loop" in text and "(1.30x the machine's)" in text
     assert host_probe.line("light", "nospec", [{"rep": 4}]) is None
+
+
+def test_a_merge_keeps_a_server_that_failed_to_start(tmp_path: Path) -> None:
+    """A server that never came up has no runs; the merged summary still counts its failure and
+    names the folder it failed in, and a label filter that leaves it out drops it."""
+    import json
+
+    import merge
+
+    src = tmp_path / "machine"
+    src.mkdir()
+    failed = {"server": "specfsm_shapes", "start_failed": "CUDA out of memory"}
+    (src / "runs.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in ({"started": "x", "bed": "gpu"}, failed)) + "\n"
+    )
+    out = tmp_path / "merged"
+    merge.merge([(src, 0, set())], out, ["merge.py"], refer=True)
+    _, _, servers = summary._load(out / "runs.jsonl")
+    assert servers == [{**failed, "source": "machine"}]
+    merge.merge([(src, 0, {"nospec"})], tmp_path / "only", ["merge.py"], refer=True)
+    assert summary._load(tmp_path / "only" / "runs.jsonl")[2] == []
