@@ -118,14 +118,17 @@ class EngineStates:
                     speculative_num_draft_tokens=shape.draft_tokens,
                     cuda_graph_bs=self.graph_bs,
                 )
-        except torch.OutOfMemoryError as exc:
-            raise ConfigError(
-                "shapes",
-                f"the runtime state of {shape.label()} does not fit in device memory "
-                f"({free0 / 2**20:.0f} MiB were free before building it; states built so far: "
-                f"{self.shape_builds}): drop shapes or lower --mem-fraction-static ({exc})",
-            ) from None
         except Exception as exc:
+            # SGLang's graph capture re-raises an out-of-memory error as a plain Exception
+            # ("Capture cuda graph failed: CUDA out of memory"): both are the same refusal
+            if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+                raise ConfigError(
+                    "shapes",
+                    f"the runtime state of {shape.label()} does not fit in device memory "
+                    f"({free0 / 2**20:.0f} MiB were free before building it; states built so "
+                    f"far: {self.shape_builds}): drop shapes or lower --mem-fraction-static "
+                    f"({str(exc)[:300]})",
+                ) from None
             # e.g. a graph capture SGLang sized for the launch shape only: refuse in one line
             # naming the shape instead of a scheduler traceback
             raise ConfigError(

@@ -76,6 +76,34 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
     assert "needs 384" in str(exc.value)
 
 
+def test_an_out_of_memory_graph_capture_refuses_as_a_shape_that_does_not_fit() -> None:
+    """SGLang's graph capture re-raises CUDA's out-of-memory error as a plain Exception; the
+    refusal still says the shape does not fit and what to lower."""
+    from specfsm_sglang.config import ConfigError
+    from specfsm_sglang.runtime_states import EngineStates
+
+    from specfsm.model.acceptance import DraftShape
+
+    def build(**kw: object) -> object:
+        raise Exception("Capture cuda graph failed: CUDA out of memory. Tried to allocate 188 MiB")
+
+    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
+    fake = SimpleNamespace(
+        worker=SimpleNamespace(
+            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
+        ),
+        shape_builds={"chain1": {"build_s": 1.0, "device_mib": 820.0}},
+        topk=1,
+        spec_tokens=8,
+        graph_bs=None,
+    )
+    with pytest.raises(ConfigError) as exc:
+        EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
+    text = str(exc.value)
+    assert text.startswith("shapes: the runtime state of chain2 does not fit in device memory")
+    assert "lower --mem-fraction-static" in text and "chain1" in text and "188 MiB" in text
+
+
 def test_shape_states_share_the_attention_workspace() -> None:
     """Inside `shared_attention_workspace` the target runner's backends are built on SGLang's
     process-wide workspace whatever the caller asks (SGLang's state builder asks for a new one,
