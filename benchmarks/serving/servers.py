@@ -96,6 +96,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def gpu_mem_fraction(server: str) -> float:
+    """The GPU bed's ``--mem-fraction-static``: ``MEM_FRACTION`` (default 0.8) for every server,
+    ``MEM_FRACTION_SHAPES`` for the shapes example alone. Its extra states do not fit beside a
+    0.8 pool on an 80 GiB card (docs/serving.md), while the others keep their largest pool: the
+    strongest alternative an operator has on that card."""
+    frac = float(os.environ.get("MEM_FRACTION", "0.8"))
+    if server == "specfsm_shapes":
+        frac = float(os.environ.get("MEM_FRACTION_SHAPES", frac))
+    if not 0.0 < frac < 1.0:
+        raise ValueError(f"{server}: --mem-fraction-static {frac} is not in (0, 1)")
+    return frac
+
+
 class PortClash(RuntimeError):
     """The server could not bind its port (taken between the draw and the bind)."""
 
@@ -193,9 +206,7 @@ class Bed:
                 "cuda_graph_bs_decode": GPU_GRAPH_BS,
                 "cuda_graph_max_bs_decode": max(GPU_GRAPH_BS),
                 "max_running_requests": 256,
-                # MEM_FRACTION: the shapes example's extra states do not fit beside a 0.8 pool
-                # on an 80 GiB card (docs/serving.md); every server of a driver gets the same
-                "mem_fraction_static": float(os.environ.get("MEM_FRACTION", "0.8")),
+                "mem_fraction_static": gpu_mem_fraction(server),
                 "random_seed": 0,
                 "log_level": "info",
                 # logs every garbage collection of SGLang's processes longer than this (s):

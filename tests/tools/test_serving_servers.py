@@ -1,11 +1,14 @@
 """The serving benchmark's server-side parts: the start-up profile kept with a run, the shapes
 example as a server of its own, a server that starts again on another port when its port was
-taken, a merge that refers to its sources' requests, and the host probe beside the servers."""
+taken, a merge that refers to its sources' requests and keeps a failed start, the host probe
+beside the servers, and the GPU bed's memory fraction."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
 
@@ -213,3 +216,23 @@ def test_a_merge_keeps_a_server_that_failed_to_start(tmp_path: Path) -> None:
     assert servers == [{**failed, "source": "machine"}]
     merge.merge([(src, 0, {"nospec"})], tmp_path / "only", ["merge.py"], refer=True)
     assert summary._load(tmp_path / "only" / "runs.jsonl")[2] == []
+
+
+def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``MEM_FRACTION`` sets every GPU-bed server's pool, ``MEM_FRACTION_SHAPES`` the shapes
+    example's alone (its extra states need room beside the pool on an 80 GiB card); a fraction
+    outside (0, 1) is refused before any server starts."""
+    import servers
+
+    monkeypatch.delenv("MEM_FRACTION", raising=False)
+    monkeypatch.setenv("MEM_FRACTION_SHAPES", "0.7")
+    assert servers.Bed("gpu", tmp_path).engine_args("eagle")["mem_fraction_static"] == 0.8
+    assert servers.Bed("gpu", tmp_path).engine_args("specfsm_shapes")["mem_fraction_static"] == 0.7
+    monkeypatch.setenv("MEM_FRACTION", "0.75")
+    monkeypatch.delenv("MEM_FRACTION_SHAPES")
+    assert servers.gpu_mem_fraction("specfsm_shapes") == 0.75
+    monkeypatch.setenv("MEM_FRACTION", "80")
+    with pytest.raises(ValueError, match="not in"):
+        servers.gpu_mem_fraction("nospec")
