@@ -8,8 +8,9 @@
   CUDA graphs), its build time and device memory recorded for the config log line; every state
   built here shares SGLang's attention workspace (`compat.shared_attention_workspace`) and skips
   a draft-extend graph SGLang would capture at the launch's width and never replay
-  (`compat.no_dead_draft_extend_graph`); a shape of
-  another top-k than the server's is built and drafted through the relay (`relay`);
+  (`compat.no_dead_draft_extend_graph`); its CUDA graphs cover the server's decode batch
+  sizes up to config ``shape_graph_max_bs`` (all by default); a shape of another top-k than
+  the server's is built and drafted through the relay (`relay`);
 - PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
 
 A state that does not fit, or that SGLang fails to build, refuses the start-up in one line
@@ -78,10 +79,16 @@ class EngineStates:
                 f"shapes of another top-k than the server's need the draft worker's {miss}, "
                 f"which this SGLang ({compat.sglang_version()}) lacks",
             )
-        if self.graph_bs and shapes:
+        #: the decode CUDA-graph batch sizes the extra shapes are captured for (config
+        #: shape_graph_max_bs; None: graphs off)
+        self.shape_graph_bs = shape_graph_bs(self.graph_bs, cfg.shape_graph_max_bs)
+        if self.graph_bs and self.shape_graph_bs and shapes:
             # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
-            widest = max(s.draft_tokens for s in (self.launch_shape, *shapes))
-            compat.grow_graph_logits(worker, max(self.graph_bs) * widest)
+            rows = max(
+                max(self.graph_bs) * self.spec_tokens,
+                max(self.shape_graph_bs) * max(s.draft_tokens for s in shapes),
+            )
+            compat.grow_graph_logits(worker, rows)
         for shape in shapes:
             self.shape_states[shape] = self._build_shape_state(shape)
         if narrower:
@@ -116,7 +123,7 @@ class EngineStates:
                 state = self.worker.build_adaptive_runtime_state(
                     speculative_num_steps=shape.steps,
                     speculative_num_draft_tokens=shape.draft_tokens,
-                    cuda_graph_bs=self.graph_bs,
+                    cuda_graph_bs=self.shape_graph_bs,
                 )
         except Exception as exc:
             # SGLang's graph capture re-raises an out-of-memory error as a plain Exception
@@ -126,7 +133,8 @@ class EngineStates:
                     "shapes",
                     f"the runtime state of {shape.label()} does not fit in device memory "
                     f"({free0 / 2**20:.0f} MiB were free before building it; states built so "
-                    f"far: {self.shape_builds}): drop shapes or lower --mem-fraction-static "
+                    f"far: {self.shape_builds}): drop shapes, cap their graphs "
+                    "(shape_graph_max_bs) or lower --mem-fraction-static "
                     f"({str(exc)[:300]})",
                 ) from None
             # e.g. a graph capture SGLang sized for the launch shape only: refuse in one line
@@ -155,6 +163,7 @@ class EngineStates:
             "build_plain_state_s": round(self.build_plain_s, 3),
             "sync_free_prefill_tail": self.sync_free_tail,
             "shape_states": {"launch": self.launch_shape.label(), **self.shape_builds},
+            "shape_graph_max_bs": max(self.shape_graph_bs) if self.shape_graph_bs else None,
         }
 
     def topk_of(self, state: Any) -> int:
@@ -164,6 +173,22 @@ class EngineStates:
             if st is state:
                 return shape.topk
         return self.topk
+
+
+def shape_graph_bs(graph_bs: list[int] | None, max_bs: int | None) -> list[int] | None:
+    """The decode graph batch sizes an extra shape is captured for: the server's up to
+    `max_bs` (config shape_graph_max_bs; None: all of them). None when graphs are off; a cap
+    below every size the server captures refuses the start-up (ConfigError)."""
+    if graph_bs is None or max_bs is None:
+        return graph_bs
+    kept = [b for b in graph_bs if b <= max_bs]
+    if not kept:
+        raise ConfigError(
+            "shape_graph_max_bs",
+            f"{max_bs} is below every decode CUDA-graph batch size of the server "
+            f"({min(graph_bs)} the smallest)",
+        )
+    return kept
 
 
 def _graph_bs() -> list[int] | None:

@@ -48,6 +48,12 @@ The keys (the operator's reference is docs/config.md, checked by `specfsm config
                     with DP attention; a chain server only chains). Default []: only the
                     launch shape. A goodput policy's "shapes" must be among them (or, when this
                     key is absent, become them)
+  shape_graph_max_bs  the largest decode batch size an extra shape's CUDA graphs are captured
+                    for (default null: every decode graph batch size). Above it that shape runs
+                    its forwards eagerly (correct, slower; the start-up profile measures and
+                    prices it so). Each extra state's graph memory grows with batch size x
+                    draft tokens (its logits rows above all); the launch shape and PLAIN keep
+                    every size
 
   profile           the start-up profile (specfsm_sglang.profile): before serving, the engine
                     measures each shape's and PLAIN's step per batch size with synthetic
@@ -166,6 +172,10 @@ class Config:
     #: draft shapes besides the launch shape that SPECULATING may RESHAPE to (labels as
     #: `parse_shape` reads them); each gets a runtime state built at start-up
     shapes: list[str] = attrs.field(factory=list, validator=_v(lambda k, v: check_shapes(k, v)))
+    #: the largest decode batch an extra shape's CUDA graphs are captured for (None: all)
+    shape_graph_max_bs: int | None = attrs.field(
+        default=None, validator=_v(lambda k, v: v is None or check_int(k, v, 1))
+    )
     #: the start-up profile (`specfsm_sglang.profile`): null/false off, true, or its object
     profile: Any = attrs.field(default=None, validator=_v(lambda k, v: parse_profile(k, v)))
     #: the policy built while validating `policy`, handed to the first `take_policy()`

@@ -69,6 +69,7 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
         topk=1,
         spec_tokens=8,
         graph_bs=None,
+        shape_graph_bs=None,
     )
     with pytest.raises(ConfigError) as exc:
         EngineStates._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
@@ -96,6 +97,7 @@ def test_an_out_of_memory_graph_capture_refuses_as_a_shape_that_does_not_fit() -
         topk=1,
         spec_tokens=8,
         graph_bs=None,
+        shape_graph_bs=None,
     )
     with pytest.raises(ConfigError) as exc:
         EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
@@ -125,3 +127,41 @@ def test_shape_states_share_the_attention_workspace() -> None:
     assert "_get_attention_backend" not in vars(tmr)
     tmr._get_attention_backend(init_new_workspace=True)
     assert tmr.asked == [False, True]
+
+
+def test_extra_shapes_are_captured_up_to_their_graph_cap() -> None:
+    """Config shape_graph_max_bs: an extra shape's state is built for the server's decode graph
+    sizes up to the cap (larger batches run that shape eagerly); graphs off stays off, no cap
+    keeps every size, and a cap below every size refuses the start-up naming the key."""
+    from specfsm_sglang.config import ConfigError
+    from specfsm_sglang.runtime_states import EngineStates, shape_graph_bs
+
+    from specfsm.model.acceptance import DraftShape
+
+    server = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert shape_graph_bs(server, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert shape_graph_bs(server, 100) == [1, 2, 4, 8, 16, 32, 64]
+    assert shape_graph_bs(server, None) == server
+    assert shape_graph_bs(None, 64) is None
+    with pytest.raises(ConfigError, match="shape_graph_max_bs: 1 is below every"):
+        shape_graph_bs([2, 4], 1)
+
+    built: list[dict[str, object]] = []
+
+    def build(**kw: object) -> object:
+        built.append(kw)
+        return "state"
+
+    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
+    fake = SimpleNamespace(
+        worker=SimpleNamespace(
+            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
+        ),
+        shape_builds={},
+        topk=1,
+        spec_tokens=8,
+        graph_bs=server,
+        shape_graph_bs=shape_graph_bs(server, 64),
+    )
+    state = EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
+    assert state == "state" and built[0]["cuda_graph_bs"] == [1, 2, 4, 8, 16, 32, 64]
