@@ -411,6 +411,7 @@ def main() -> int:
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "argv": sys.argv,
             "bed": args.bed,
+            "device": bed.device() if not args.url else "unknown (a server of --url)",
             "phase_s": phase_s,
             "traces": {t: [p.label() for p in x.phases] for t, x in tr.items()},
         }

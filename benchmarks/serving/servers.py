@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gpu_bed
 import traces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,19 +95,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def gpu_mem_fraction(server: str) -> float:
-    """The GPU bed's ``--mem-fraction-static``: ``MEM_FRACTION`` (default 0.8) for every server,
-    ``MEM_FRACTION_SHAPES`` for the shapes example alone. Its extra states do not fit beside a
-    0.8 pool on an 80 GiB card (docs/serving.md), while the others keep their largest pool: the
-    strongest alternative an operator has on that card."""
-    frac = float(os.environ.get("MEM_FRACTION", "0.8"))
-    if server == "specfsm_shapes":
-        frac = float(os.environ.get("MEM_FRACTION_SHAPES", frac))
-    if not 0.0 < frac < 1.0:
-        raise ValueError(f"{server}: --mem-fraction-static {frac} is not in (0, 1)")
-    return frac
 
 
 class PortClash(RuntimeError):
@@ -181,6 +169,10 @@ class Bed:
         """The harness switch of the ``plain_nodraft`` variant (exists while it runs)."""
         return self.work / "skip_draft_prefill"
 
+    def device(self) -> str:
+        """The card the servers run on, for the runs' header (a figure is of one card)."""
+        return "cpu" if self.name == "cpu" else gpu_bed.device_name()
+
     def engine_args(self, server: str) -> dict[str, Any]:
         if self.name == "cpu":
             from specfsm_testbed import engine as E
@@ -206,7 +198,7 @@ class Bed:
                 "cuda_graph_bs_decode": GPU_GRAPH_BS,
                 "cuda_graph_max_bs_decode": max(GPU_GRAPH_BS),
                 "max_running_requests": 256,
-                "mem_fraction_static": gpu_mem_fraction(server),
+                "mem_fraction_static": gpu_bed.mem_fraction(server),
                 "random_seed": 0,
                 "log_level": "info",
                 # logs every garbage collection of SGLang's processes longer than this (s):

@@ -394,6 +394,13 @@ def sim_lines(
         f"{1000 * probe.prefill_ms_per_token_draft:.1f} us, on the serve_sim_table_prefill lines); "
         "Poisson rates and mean lengths from the trace's own requests; decode steps from the table",
     ]
+    card = table.split("_", 1)[0].upper()
+    devices = sorted({str(r["device"]) for r in runs if "started" in r and r.get("device")})
+    if other := [d for d in devices if card not in d.upper().replace(" ", "")]:
+        lines.append(
+            f"# the table's card is the {card}; these runs' is {', '.join(other)}: the "
+            "simulator prices their decode steps from another card"
+        )
     for name in traces:
         tr = traces[name]
         servers = [s for s in SERVERS if (name, s) in by]

@@ -296,6 +296,8 @@ def summarize(
         for h in heads
         if "source" in h
     ]
+    devices = sorted({str(h["device"]) for h in heads if h.get("device")})
+    lines.append(f"# device: {', '.join(devices) if devices else 'not recorded'}")
     lines += [
         "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
         "ratios are per repetition (the repetitions both servers share), then mean and spread; "

@@ -224,6 +224,7 @@ def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
     """``MEM_FRACTION`` sets every GPU-bed server's pool, ``MEM_FRACTION_SHAPES`` the shapes
     example's alone (its extra states need room beside the pool on an 80 GiB card); a fraction
     outside (0, 1) is refused before any server starts."""
+    import gpu_bed
     import servers
 
     monkeypatch.delenv("MEM_FRACTION", raising=False)
@@ -232,7 +233,7 @@ def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
     assert servers.Bed("gpu", tmp_path).engine_args("specfsm_shapes")["mem_fraction_static"] == 0.7
     monkeypatch.setenv("MEM_FRACTION", "0.75")
     monkeypatch.delenv("MEM_FRACTION_SHAPES")
-    assert servers.gpu_mem_fraction("specfsm_shapes") == 0.75
+    assert gpu_bed.mem_fraction("specfsm_shapes") == 0.75
     monkeypatch.setenv("MEM_FRACTION", "80")
     with pytest.raises(ValueError, match="not in"):
-        servers.gpu_mem_fraction("nospec")
+        gpu_bed.mem_fraction("nospec")

@@ -108,3 +108,27 @@ def test_the_simulator_reports_tpot_per_phase() -> None:
     tok, tpot = sim_predict.simulate(traces.builtin("gpu", 7.0)["light"], "nospec", seeds=1)
     assert len(tok) == len(tpot) == 4
     assert all(t > 0 for t in tpot) and tpot[2] > tpot[0]
+
+
+def test_runs_of_another_card_than_the_tables_are_said_so(tmp_path: Path) -> None:
+    """The runs' header names their card; the simulator's lines say when its table is of
+    another card (its decode steps are then priced from that card), and the summary's header
+    names the card."""
+    import json
+
+    import summary
+
+    recs = [json.loads(x) for x in (sim_predict.RESULTS / "runs.jsonl").read_text().splitlines()]
+    for card, said in (("NVIDIA H100 80GB HBM3", True), ("NVIDIA H200", False)):
+        runs = tmp_path / card.replace(" ", "_") / "runs.jsonl"
+        runs.parent.mkdir()
+        runs.write_text(
+            "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
+        )
+        lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, seeds=1)
+        note = "# the table's card is the H200; these runs' is NVIDIA H100 80GB HBM3"
+        assert any(x.startswith(note) for x in lines) is said, card
+        head = runs.parent / "head" / "runs.jsonl"
+        head.parent.mkdir()
+        head.write_text(json.dumps({"started": "x", "bed": "gpu", "device": card}) + "\n")
+        assert f"# device: {card}" in summary.summarize(head, {})
