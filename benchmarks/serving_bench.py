@@ -113,7 +113,9 @@ def run_server(
         return
     kv = srv.kv_tokens()
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
-    log.write(json.dumps({"server": name, "start_s": srv.start_s, "kv_tokens": kv}) + "\n")
+    frac = bed.engine_args(name).get("mem_fraction_static")
+    rec = {"server": name, "start_s": srv.start_s, "kv_tokens": kv, "mem_fraction_static": frac}
+    log.write(json.dumps(rec) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
     reps_of = args.repetitions
     try:

@@ -412,8 +412,12 @@ def summarize(
                     compared += c
                     mism += m
     kv = {s["server"]: s["kv_tokens"] for s in servers if s.get("kv_tokens")}
+    frac = {s["server"]: s["mem_fraction_static"] for s in servers if s.get("mem_fraction_static")}
     for s, v in kv.items():
-        lines.append(f"serve_kv_tokens[{s}]: {v}")
+        lines.append(
+            f"serve_kv_tokens[{s}]: {v}"
+            + (f" (--mem-fraction-static {frac[s]:g})" if s in frac else "")
+        )
     if "specfsm" in kv and "eagle" in kv:
         lines.append(
             f"serve_kv_tokens_vs_stock_server: {kv['specfsm'] / kv['eagle']:.3f} (goal >= 0.98)"

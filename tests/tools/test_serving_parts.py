@@ -143,7 +143,8 @@ def test_merged_folders_pair_only_repetitions_measured_together(tmp_path: Path) 
 
 def test_a_merge_keeps_the_shapes_servers_record(tmp_path: Path) -> None:
     """``specfsm_shapes`` is a server's name, not the specfsm server's variant: its record (KV
-    pool) survives a merge, and the summary compares its pool with the stock server's."""
+    pool, memory fraction) survives a merge, and the summary compares its pool with the stock
+    server's."""
     import json
 
     import merge
@@ -152,13 +153,14 @@ def test_a_merge_keeps_the_shapes_servers_record(tmp_path: Path) -> None:
     _source(a, [("nospec", 0, 100.0), ("eagle", 0, 80.0), ("specfsm_shapes", 0, 101.0)], "A")
     recs = [json.loads(x) for x in (a / "runs.jsonl").read_text().splitlines()]
     recs = [r for r in recs if r.get("server") != "specfsm" or "trace" in r]
-    recs.insert(1, {"server": "specfsm_shapes", "start_s": 1.0, "kv_tokens": 99})
+    shapes = {"server": "specfsm_shapes", "start_s": 1.0, "kv_tokens": 99}
+    recs.insert(1, {**shapes, "mem_fraction_static": 0.7})
     (a / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     merge.merge([(a, 0, set())], tmp_path / "out", ["m"])
     lines = summary.summarize(
         tmp_path / "out" / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
     )
-    assert "serve_kv_tokens[specfsm_shapes]: 99" in lines
+    assert "serve_kv_tokens[specfsm_shapes]: 99 (--mem-fraction-static 0.7)" in lines
     assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
 
 
