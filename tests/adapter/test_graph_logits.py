@@ -4,12 +4,24 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 pytest.importorskip("sglang")
 from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
 from specfsm_sglang import compat
+
+
+def _states(build: Any, **kw: Any) -> SimpleNamespace:
+    """A stand-in for `EngineStates` around `build` (SGLang's `build_adaptive_runtime_state`),
+    launched at chain 7 with no shape built yet and graphs off unless `kw` says otherwise."""
+    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
+    worker = SimpleNamespace(
+        build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
+    )
+    base = {"shape_builds": {}, "topk": 1, "spec_tokens": 8, "graph_bs": None}
+    return SimpleNamespace(worker=worker, **{**base, "shape_graph_bs": None, **kw})
 
 
 def _worker(shared: object) -> SimpleNamespace:
@@ -60,17 +72,7 @@ def test_a_shape_state_that_fails_to_build_refuses_in_one_line() -> None:
     def build(**kw: object) -> object:
         raise AssertionError("shared logits buffer holds 256 rows but caller needs 384")
 
-    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
-    fake = SimpleNamespace(
-        worker=SimpleNamespace(
-            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
-        ),
-        shape_builds={},
-        topk=1,
-        spec_tokens=8,
-        graph_bs=None,
-        shape_graph_bs=None,
-    )
+    fake = _states(build)
     with pytest.raises(ConfigError) as exc:
         EngineStates._build_shape_state(fake, DraftShape.chain(5))  # type: ignore[arg-type]
     assert str(exc.value).startswith("shapes: building the runtime state of chain5 failed")
@@ -88,17 +90,7 @@ def test_an_out_of_memory_graph_capture_refuses_as_a_shape_that_does_not_fit() -
     def build(**kw: object) -> object:
         raise Exception("Capture cuda graph failed: CUDA out of memory. Tried to allocate 188 MiB")
 
-    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
-    fake = SimpleNamespace(
-        worker=SimpleNamespace(
-            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
-        ),
-        shape_builds={"chain1": {"build_s": 1.0, "device_mib": 820.0}},
-        topk=1,
-        spec_tokens=8,
-        graph_bs=None,
-        shape_graph_bs=None,
-    )
+    fake = _states(build, shape_builds={"chain1": {"build_s": 1.0, "device_mib": 820.0}})
     with pytest.raises(ConfigError) as exc:
         EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
     text = str(exc.value)
@@ -152,16 +144,6 @@ def test_extra_shapes_are_captured_up_to_their_graph_cap() -> None:
         built.append(kw)
         return "state"
 
-    runner = SimpleNamespace(_get_attention_backend=lambda init_new_workspace=False: None)
-    fake = SimpleNamespace(
-        worker=SimpleNamespace(
-            build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
-        ),
-        shape_builds={},
-        topk=1,
-        spec_tokens=8,
-        graph_bs=server,
-        shape_graph_bs=shape_graph_bs(server, 64),
-    )
+    fake = _states(build, graph_bs=server, shape_graph_bs=shape_graph_bs(server, 64))
     state = EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
     assert state == "state" and built[0]["cuda_graph_bs"] == [1, 2, 4, 8, 16, 32, 64]
