@@ -141,12 +141,14 @@ def example_policy() -> dict[str, Any]:
 CPU_SHAPES_PROFILE = {"bs": [1, 2], "forwards": 3, "prompt_tokens": 64}
 
 
-def shapes_config(folder: Path, bed: str = "gpu") -> dict[str, Any]:
+def shapes_config(
+    folder: Path, bed: str = "gpu", overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN
-    or a shape, the extra shapes' runtime states, the start-up profile), its transition log and
-    its profile's rows in ``folder`` and its control file the server's own (`Server.start`).
-    On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
-    cfg = dict(json.loads(SHAPES_EXAMPLE.read_text()))
+    or a shape, the extra shapes' runtime states, the start-up profile) with `overrides` set
+    (``--shapes-set``), its transition log and its profile's rows in ``folder`` and its control
+    file the server's own (`Server.start`). On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
+    cfg = {**json.loads(SHAPES_EXAMPLE.read_text()), **(overrides or {})}
     cfg["log"] = str(folder / "transitions-rank{rank}.jsonl")
     cfg.pop("control_file", None)
     if cfg.get("profile"):

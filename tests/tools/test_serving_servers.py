@@ -1,7 +1,7 @@
 """The serving benchmark's server-side parts: the start-up profile kept with a run, the shapes
 example as a server of its own, a server that starts again on another port when its port was
 taken, a merge that refers to its sources' requests and keeps a failed start, the host probe
-beside the servers, and the GPU bed's memory fraction."""
+beside the servers, the GPU bed's memory fraction and the shapes example's overrides."""
 
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
     assert cfg["profile"] == {**shipped["profile"], "save": "/x/profile_shapes-{rank}.csv"}
     small = servers.shapes_config(Path("/x"), "cpu")["profile"]
     assert small == {**servers.CPU_SHAPES_PROFILE, "save": "/x/profile_shapes-{rank}.csv"}
+    # --shapes-set: keys set on the example as shipped, the rest kept
+    capped = servers.shapes_config(Path("/x"), "gpu", {"shape_graph_max_bs": 64})
+    assert capped["shape_graph_max_bs"] == 64 and capped["shapes"] == shipped["shapes"]
     bed = servers.Bed("gpu", tmp_path)
     assert bed.engine_args("specfsm_shapes")["speculative_num_steps"] == 7
     assert bed.engine_args("specfsm_shapes")["speculative_num_draft_tokens"] == 8
@@ -237,3 +240,19 @@ def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
     monkeypatch.setenv("MEM_FRACTION", "80")
     with pytest.raises(ValueError, match="not in"):
         gpu_bed.mem_fraction("nospec")
+
+
+def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
+    """``--shapes-set`` takes a JSON object; anything else ends the command with a usage
+    error, before a server starts."""
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "serving_bench.py"
+    got = subprocess.run(
+        [sys.executable, str(bench), "--shapes-set", "[64]", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 2 and "--shapes-set: expected a JSON object" in got.stderr
+    assert not (tmp_path / "o" / "runs.jsonl").exists()
