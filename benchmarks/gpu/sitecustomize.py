@@ -200,8 +200,8 @@ def _run_batch_wrap(cls) -> None:
     def run_batch(self, batch, *args, **kwargs):
         try:
             fm = batch.forward_mode
-            if _SYNC:
-                _sync_toggle("E" if fm.is_extend() else "D" if fm.is_decode() else "I")
+            if _sync is not None:
+                _sync.toggle(_SYNC, "E" if fm.is_extend() else "D" if fm.is_decode() else "I")
             if _ITER:
                 _iter_record(self, batch, fm)
         except Exception as exc:  # a trace must never break the server
@@ -364,93 +364,10 @@ if os.environ.get("SPECFSM_ADAPTIVE_GROW"):
         ("GraphSharedOutput", "get_logits_buffer", "adaptive")
     )
 
-# ``SPECFSM_SYNC_DEBUG=<flag file>`` (diagnosis only): while the flag file exists, the scheduler
-# runs under ``torch.cuda.set_sync_debug_mode("warn")`` and cProfile. Every call that makes the
-# host wait for the GPU is counted by its Python stack (the last frames) and the forward mode of
-# the batch launched last; when the flag goes away, ``<flag>.<pid>.json`` gets the iterations
-# per mode, the stacks with their counts and the profile's top functions by own time.
+# ``SPECFSM_SYNC_DEBUG=<flag file>`` (diagnosis only): the scheduler's waits for the GPU while
+# the flag file exists, by call site (hook_sync.py, copied beside this file).
 _SYNC = os.environ.get("SPECFSM_SYNC_DEBUG")
-_SYNC_ST: dict = {"on": False, "checked": 0.0, "mode": "-", "iters": {}, "stacks": {}, "prof": None}
-
-
-def _sync_warning(message, category, filename, lineno, file=None, line=None):
-    if "synchroniz" not in str(message):
-        return _SYNC_ST["show"](message, category, filename, lineno, file, line)
-    import traceback
-
-    frames = [
-        f
-        for f in traceback.extract_stack()[:-1]
-        if "warnings" not in f.filename and "sitecustomize" not in f.filename
-    ][-8:]
-    where = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}" for f in frames]
-    key = (_SYNC_ST["mode"], *where)
-    _SYNC_ST["stacks"][key] = _SYNC_ST["stacks"].get(key, 0) + 1
-
-
-def _sync_toggle(mode: str) -> None:
-    now = time.time()
-    st = _SYNC_ST
-    if now - st["checked"] > 0.25:
-        st["checked"] = now
-        want = os.path.exists(_SYNC)
-        if want != st["on"]:
-            import cProfile
-            import pstats
-            import warnings
-
-            import torch
-
-            st["on"] = want
-            if want:
-                st["show"] = warnings.showwarning
-                warnings.filterwarnings("always", message=".*synchroniz.*")
-                warnings.showwarning = _sync_warning
-                st["iters"], st["stacks"] = {}, {}
-                st["prof"] = cProfile.Profile()
-                st["prof"].enable()
-                if torch.cuda.is_available():
-                    torch.cuda.set_sync_debug_mode(1)
-            else:
-                if torch.cuda.is_available():
-                    torch.cuda.set_sync_debug_mode(0)
-                st["prof"].disable()
-                warnings.showwarning = st["show"]
-                ps = pstats.Stats(st["prof"])
-                top = sorted(ps.stats.items(), key=lambda kv: -kv[1][2])[:60]
-                ours = sorted(
-                    (kv for kv in ps.stats.items() if "specfsm_sglang" in kv[0][0]),
-                    key=lambda kv: -kv[1][3],
-                )[:40]
-                rec = {
-                    "iters": st["iters"],
-                    "stacks": sorted(
-                        ([n, *k] for k, n in st["stacks"].items()), key=lambda r: -r[0]
-                    ),
-                    "profile_top_tottime": [
-                        [
-                            f"{fn.split('site-packages/')[-1]}:{ln} {name}",
-                            cc,
-                            round(tt, 4),
-                            round(ct, 4),
-                        ]
-                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in top
-                    ],
-                    "profile_specfsm_cumtime": [
-                        [
-                            f"{fn.split('/adapters/')[-1]}:{ln} {name}",
-                            cc,
-                            round(tt, 4),
-                            round(ct, 4),
-                        ]
-                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours
-                    ],
-                }
-                with open(f"{_SYNC}.{os.getpid()}.json", "w") as fh:
-                    json.dump(rec, fh)
-    if st["on"]:
-        st["mode"] = mode
-        st["iters"][mode] = st["iters"].get(mode, 0) + 1
+_sync = __import__("hook_sync") if _SYNC else None
 
 
 # the toggle runs in Scheduler.run_batch's wrapper (_run_batch_wrap), beside the iteration trace

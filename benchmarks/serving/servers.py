@@ -231,7 +231,8 @@ class Bed:
             if hooked or server in PLUGGED:
                 hook = self.work / "hook"
                 hook.mkdir(parents=True, exist_ok=True)
-                shutil.copy(ROOT / "benchmarks" / "gpu" / "sitecustomize.py", hook)
+                for name in ("sitecustomize.py", "hook_sync.py"):
+                    shutil.copy(ROOT / "benchmarks" / "gpu" / name, hook)
                 env["PYTHONPATH"] = os.pathsep.join(
                     x for x in (str(hook), env.get("PYTHONPATH", "")) if x
                 )
