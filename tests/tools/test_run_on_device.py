@@ -1,0 +1,48 @@
+"""benchmarks/gpu/run_on_device.sh's `detach` stage, on this machine with stages that need no
+GPU: the driver outlives the call, the call returns as soon as the driver's log says it is done
+and brings its log and results back, and a second driver is refused while the first runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "run_on_device.sh"
+
+
+def _call(tmp: Path, stages: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "WAIT_S": "60",
+        "MIRROR": str(tmp / "mirror"),
+        "DRIVE_LOG": str(tmp / "drive.log"),
+        "OUT": str(tmp / "out"),
+        "WORK": str(tmp / "work"),
+        "SITE": str(tmp / "site"),
+        "DETACH_STAGES": stages,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_detached_driver_is_waited_on_and_its_results_come_back(tmp_path: Path) -> None:
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "runs.jsonl").write_text("{}\n")  # what a driver's mirror holds
+    t0 = time.monotonic()
+    got = _call(tmp_path, "jitunpack", "detach")
+    assert got.returncode == 0, got.stderr
+    assert time.monotonic() - t0 < 30  # not the whole WAIT_S: the driver's log said it was done
+    assert "detach: driver started" in got.stdout and "1 driver(s) done" in got.stdout
+    assert "all stages done" in (tmp_path / "out" / "drive.log").read_text()
+    assert (tmp_path / "out" / "runs.jsonl").read_text() == "{}\n"
+
+
+def test_a_second_driver_is_refused_while_the_first_runs(tmp_path: Path) -> None:
+    (tmp_path / "drive.log").write_text("[run_on_device +0s] serving: start (defaults)\n")
+    got = _call(tmp_path, "jitunpack", "detach")
+    assert "a driver is still running" in got.stdout, got.stdout
+    assert "driver started" not in got.stdout
+    assert (tmp_path / "drive.log").read_text().count("\n") == 1  # its log left as it was
