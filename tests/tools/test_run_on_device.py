@@ -46,3 +46,22 @@ def test_a_second_driver_is_refused_while_the_first_runs(tmp_path: Path) -> None
     assert "a driver is still running" in got.stdout, got.stdout
     assert "driver started" not in got.stdout
     assert (tmp_path / "drive.log").read_text().count("\n") == 1  # its log left as it was
+
+
+def test_no_driver_is_detached_while_a_serving_benchmark_runs(tmp_path: Path) -> None:
+    """Two drivers at once would share the GPU: a benchmark already running (here a stand-in
+    of that command line that sleeps) refuses the second whatever its log."""
+    import sys
+
+    fake = tmp_path / "bed" / "benchmarks" / "serving_bench.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("import time\ntime.sleep(60)\n")
+    running = subprocess.Popen([sys.executable, "benchmarks/serving_bench.py"], cwd=fake.parents[1])
+    try:
+        time.sleep(0.5)
+        got = _call(tmp_path, "jitunpack", "detach")
+    finally:
+        running.kill()
+        running.wait()
+    assert "a serving benchmark is running on this machine" in got.stdout, got.stdout
+    assert not (tmp_path / "drive.log").exists()
