@@ -1,7 +1,8 @@
 """The GPU bed's machine-dependent settings: the card's name and each server's memory fraction.
 
 - `device_name`: ``nvidia-smi``'s name of GPU 0, written into the runs' header, because every
-  figure of the bed is of one card (the simulator's tables are of a named card too);
+  figure of the bed is of one card (the simulator's tables are of a named card too), and
+  `devices`: the cards a runs file's headers name;
 - `mem_fraction`: ``--mem-fraction-static`` per server, from ``MEM_FRACTION`` (default 0.8) and
   ``MEM_FRACTION_SHAPES`` (the shapes example alone). On an 80 GiB card the shapes example's
   extra states do not fit beside a 0.8 pool (docs/serving.md), while the other servers keep
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def device_name() -> str:
@@ -27,6 +30,11 @@ def device_name() -> str:
         return "unknown"
     names = got.stdout.strip().splitlines()
     return names[0].strip() if got.returncode == 0 and names else "unknown"
+
+
+def devices(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The cards named by the headers among `records` (a runs file's lines), sorted."""
+    return sorted({str(r["device"]) for r in records if "started" in r and r.get("device")})
 
 
 def mem_fraction(server: str) -> float:

@@ -87,6 +87,7 @@ _HERE = str(Path(__file__).resolve().parent)  # benchmarks/serving: its traces.p
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+import gpu_bed  # noqa: E402
 import sim_miss  # noqa: E402
 import traces as bench_traces  # noqa: E402
 
@@ -395,8 +396,7 @@ def sim_lines(
         "Poisson rates and mean lengths from the trace's own requests; decode steps from the table",
     ]
     card = table.split("_", 1)[0].upper()
-    devices = sorted({str(r["device"]) for r in runs if "started" in r and r.get("device")})
-    if other := [d for d in devices if card not in d.upper().replace(" ", "")]:
+    if other := [d for d in gpu_bed.devices(runs) if card not in d.upper().replace(" ", "")]:
         lines.append(
             f"# the table's card is the {card}; these runs' is {', '.join(other)}: the "
             "simulator prices their decode steps from another card"

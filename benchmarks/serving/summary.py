@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import gpu_bed
 import host_probe
 import pauses
 from client import BIN_S
@@ -296,8 +297,8 @@ def summarize(
         for h in heads
         if "source" in h
     ]
-    devices = sorted({str(h["device"]) for h in heads if h.get("device")})
-    lines.append(f"# device: {', '.join(devices) if devices else 'not recorded'}")
+    cards = gpu_bed.devices(heads)
+    lines.append(f"# device: {', '.join(cards) if cards else 'not recorded'}")
     lines += [
         "# tok/s = output tokens that arrived inside the trace's window / window seconds; "
         "ratios are per repetition (the repetitions both servers share), then mean and spread; "
