@@ -219,7 +219,9 @@ def play_run(
             sw.stop()
     m = summary.metrics(trace, recs) | ({"pins": sw.pins, "pin_flips": sw.flips} if sw else {})
     if it_dir is not None:
-        m["iters"] = iters.window(iters.load(it_dir), t0, t0 + trace.seconds)
+        it_recs = iters.load(it_dir)
+        m["iters"] = iters.window(it_recs, t0, t0 + trace.seconds)
+        m["phase_iters"] = iters.phase_windows(it_recs, t0, trace.phase_bounds())
     if pf_dir is not None and pf_dir.exists():
         m["prefill_gpu"] = iters.prefill_window(pf_dir, t0, t0 + trace.seconds)
     m["t0"] = t0

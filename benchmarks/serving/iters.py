@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,88 @@ def switches(log: Path, t0: float, t1: float) -> int:
             if rec.get("trigger") in ("LOAD_HIGH", "LOAD_LOW") and t0 <= rec.get("ts", -1.0) < t1:
                 n += 1
     return n
+
+
+def phase_windows(
+    recs: list[list[Any]], t0: float, bounds: list[tuple[float, float]]
+) -> list[dict[str, Any]]:
+    """Per phase of a run (``bounds`` in seconds after ``t0``): the seconds spent in prefill
+    iterations, the decode iterations and their mean batch, the most requests running and
+    queued, the fewest free KV tokens. Under a burst that prefill binds, the tokens a client
+    sees follow the decode iterations run between prefills, so this is where two servers'
+    bursts differ."""
+    out: list[dict[str, Any]] = []
+    for a, b in bounds:
+        w = window(recs, t0 + a, t0 + b)
+        pf, dec = w.get("prefill", {}), w.get("decode", {})
+        out.append(
+            {
+                "prefill_s": pf.get("s", 0.0),
+                "decode_n": dec.get("n", 0),
+                "decode_bs": dec.get("bs_mean", 0.0),
+                "running_max": w.get("running_max"),
+                "queue_max": w.get("queue_max"),
+                "free_kv_min": w.get("free_kv_min"),
+            }
+        )
+    return out
+
+
+def phase_line(t: str, lab: str, names: list[str], runs: list[dict[str, Any]]) -> str | None:
+    """``serve_phase_iters[T][S]``: per phase, over the runs that recorded ``phase_iters``,
+    the mean prefill seconds, the range of decode iterations and their mean batch."""
+    per = [r["phase_iters"] for r in runs if len(r.get("phase_iters") or []) == len(names)]
+    if not per:
+        return None
+    parts = []
+    for i, name in enumerate(names):
+        pf = sum(p[i]["prefill_s"] for p in per) / len(per)
+        dn = sorted(int(p[i]["decode_n"]) for p in per)
+        bs = sum(p[i]["decode_bs"] for p in per) / len(per)
+        span = f"{dn[0]}" if dn[0] == dn[-1] else f"{dn[0]}-{dn[-1]}"
+        parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}")
+    return (
+        f"serve_phase_iters[{t}][{lab}]: "
+        + " ".join(parts)
+        + f" (info: per phase, {len(per)} runs: seconds in prefill iterations, decode"
+        " iterations (fewest-most) and their mean batch)"
+    )
+
+
+def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
+    """Where the prefill time went (GPU time from CUDA events, ``--iter-trace`` on the GPU)."""
+    tgt_ms = dr_ms = 0.0
+    tok = 0
+    share = [r["iters"]["prefill"]["share"] for r in runs_t if r.get("iters", {}).get("prefill")]
+    for r in runs_t:
+        for key, a in (r.get("prefill_gpu") or {}).items():
+            if key.startswith("target"):
+                tgt_ms += a["ms"]
+                tok += a["tokens"]
+            elif key.startswith("draft"):
+                dr_ms += a["ms"]
+    if not tok:
+        return None
+    return (
+        f"serve_prefill_gpu[{t}][{lab}]: target_us_per_token={1e3 * tgt_ms / tok:.2f} "
+        f"draft_us_per_token={1e3 * dr_ms / tok:.2f} prefill_tokens_per_run={tok // len(runs_t)}"
+        + (f" prefill_iteration_share={statistics.fmean(share):.3f}" if share else "")
+    )
+
+
+def fill_phase_iters(out: Path, runs: list[dict[str, Any]], bounds: dict[str, Any]) -> None:
+    """Give ``phase_iters`` to the runs recorded without it, where ``out/iters/`` holds their
+    server's iteration traces (a results folder's tgz unpacked into it): the specfsm
+    variants share the ``specfsm`` server's. ``bounds``: trace name -> its phase bounds."""
+    cache: dict[Path, list[list[Any]]] = {}
+    for r in runs:
+        if "phase_iters" in r or "t0" not in r or r["trace"] not in bounds:
+            continue
+        folder = out / "iters" / r["server"]
+        if not folder.is_dir() and r["server"].startswith("specfsm_"):
+            folder = out / "iters" / "specfsm"
+        if not folder.is_dir():
+            continue
+        if folder not in cache:
+            cache[folder] = load(folder)
+        r["phase_iters"] = phase_windows(cache[folder], r["t0"], bounds[r["trace"]])

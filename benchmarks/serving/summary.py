@@ -21,6 +21,7 @@ from typing import Any
 
 import gpu_bed
 import host_probe
+import iters
 import pauses
 from client import BIN_S
 from oracle import pair_lines, phase_oracle
@@ -141,27 +142,6 @@ INFO = {
 }
 
 
-def _prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
-    """Where the prefill time went (GPU time from CUDA events, ``--iter-trace`` on the GPU)."""
-    tgt_ms = dr_ms = 0.0
-    tok = 0
-    share = [r["iters"]["prefill"]["share"] for r in runs_t if r.get("iters", {}).get("prefill")]
-    for r in runs_t:
-        for key, a in (r.get("prefill_gpu") or {}).items():
-            if key.startswith("target"):
-                tgt_ms += a["ms"]
-                tok += a["tokens"]
-            elif key.startswith("draft"):
-                dr_ms += a["ms"]
-    if not tok:
-        return None
-    return (
-        f"serve_prefill_gpu[{t}][{lab}]: target_us_per_token={1e3 * tgt_ms / tok:.2f} "
-        f"draft_us_per_token={1e3 * dr_ms / tok:.2f} prefill_tokens_per_run={tok // len(runs_t)}"
-        + (f" prefill_iteration_share={statistics.fmean(share):.3f}" if share else "")
-    )
-
-
 def _load(
     path: Path,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -279,6 +259,7 @@ def summarize(
     heads, runs, servers = _load(runs_path)
     exclude = exclude or {}
     runs = [r for r in runs if (r["server"], r["trace"], r["rep"]) not in exclude]
+    iters.fill_phase_iters(out, runs, {n: t.phase_bounds() for n, t in traces.items()})
     by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in sorted(runs, key=lambda r: r["rep"]):
         by.setdefault((r["server"], r["trace"]), []).append(r)
@@ -344,9 +325,12 @@ def summarize(
                 f"serve_latency_ms[{t}][{lab}]: "
                 + " ".join(f"{k[:-3]}={v:.1f}" for k, v in lat.items())
             )
-            pf = _prefill_line(t, lab, runs_t)
-            if pf is not None:
-                lines.append(pf)
+            for extra in (
+                iters.prefill_line(t, lab, runs_t),
+                iters.phase_line(t, lab, [p.label() for p in trace.phases], runs_t),
+            ):
+                if extra is not None:
+                    lines.append(extra)
             sw = [float(r["switches"]) for r in runs_t if "switches" in r]
             if sw:
                 lines.append(
@@ -404,12 +388,12 @@ def summarize(
         ref_lab = "nospec" if "nospec" in tok else (next(iter(tok)) if tok else None)
         if ref_lab is not None and by.get((ref_lab, t)):
             first = min(by[(ref_lab, t)], key=lambda r: int(r["rep"]))  # its first measured run
-            ref = _requests(out, first)
+            ref_recs = _requests(out, first)
             for lab in tok:
                 for r in by[(lab, t)]:
                     if r is first:
                         continue
-                    c, m = greedy_mismatches(_requests(out, r), ref)
+                    c, m = greedy_mismatches(_requests(out, r), ref_recs)
                     compared += c
                     mism += m
     kv = {s["server"]: s["kv_tokens"] for s in servers if s.get("kv_tokens")}

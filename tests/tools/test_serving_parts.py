@@ -381,3 +381,62 @@ def test_switches_of_a_run_are_its_load_transitions_inside_its_window(tmp_path: 
         "serve_switches[heavy][specfsm_goodput]: 11.0 (reps 13.0, 9.0; spread 36.4%)"
         " (load switches per run)"
     ) in out
+
+
+def test_phase_iterations_split_a_run_by_phase_and_summarize_as_one_line() -> None:
+    """Each phase's prefill seconds, decode iterations and batch come from the iterations
+    launched inside it; the summary line gives the fewest-most decode iterations over runs."""
+    import iters
+
+    # [t, kind, bs, extend tokens, queued, running, free KV tokens]; an iteration lasts to the
+    # next one's launch
+    recs = [
+        [100.0, "E", 2, 2000, 3, 2, 900],
+        [100.5, "D", 4, 0, 0, 4, 880],
+        [100.6, "D", 4, 0, 0, 4, 870],
+        [101.0, "D", 8, 0, 1, 8, 850],
+        [101.2, "E", 1, 500, 0, 8, 800],
+        [101.4, "D", 8, 0, 0, 8, 790],
+        [102.0, "D", 8, 0, 0, 8, 790],
+    ]
+    ph = iters.phase_windows(recs, 100.0, [(0.0, 1.0), (1.0, 2.0)])
+    assert ph[0]["prefill_s"] == pytest.approx(0.5)
+    assert ph[0]["decode_n"] == 1 and ph[0]["decode_bs"] == 4
+    assert ph[0]["queue_max"] == 3 and ph[0]["free_kv_min"] == 870
+    assert ph[1]["prefill_s"] == pytest.approx(0.2)
+    assert ph[1]["decode_n"] == 1 and ph[1]["running_max"] == 8
+    other = [dict(p, decode_n=p["decode_n"] + 2) for p in ph]
+    line = iters.phase_line(
+        "bursty",
+        "nospec",
+        ["rps2", "rps40"],
+        [{"phase_iters": ph}, {"phase_iters": other}, {"tok_s": 1.0}],
+    )
+    assert line is not None
+    assert line.startswith("serve_phase_iters[bursty][nospec]: rps2=prefill 0.5s decode 1-3x bs4 ")
+    assert "rps40=prefill 0.2s decode 1-3x bs8 " in line and "2 runs" in line
+    assert iters.phase_line("bursty", "nospec", ["rps2"], [{"phase_iters": ph}]) is None
+
+
+def test_runs_recorded_without_phase_iterations_get_them_from_an_unpacked_folder(
+    tmp_path: Path,
+) -> None:
+    """A results folder's iteration traces, unpacked into ``iters/``, give older runs their
+    per-phase figures; a specfsm variant reads the ``specfsm`` server's traces."""
+    import json
+
+    import iters
+
+    d = tmp_path / "iters" / "specfsm"
+    d.mkdir(parents=True)
+    rows = [[10.0, "E", 1, 100, 0, 1, 50], [10.4, "D", 2, 0, 0, 2, 40], [10.6, "D", 2, 0, 0, 2, 40]]
+    (d / "iter-1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = [
+        {"server": "specfsm_goodput", "trace": "bursty", "t0": 10.0},
+        {"server": "nospec", "trace": "bursty", "t0": 10.0},  # no traces of its own here
+        {"server": "specfsm_example", "trace": "bursty", "t0": 10.0, "phase_iters": []},
+    ]
+    iters.fill_phase_iters(tmp_path, runs, {"bursty": [(0.0, 1.0)]})
+    assert runs[0]["phase_iters"][0]["prefill_s"] == pytest.approx(0.4)
+    assert runs[0]["phase_iters"][0]["decode_n"] == 1
+    assert "phase_iters" not in runs[1] and runs[2]["phase_iters"] == []
