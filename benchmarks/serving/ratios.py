@@ -21,12 +21,33 @@ def fmt_reps(xs: list[float], digits: int = 3) -> str:
     return f"{m:.{digits}f} (reps {reps}; spread {100 * s:.1f}%)"
 
 
+#: two-sided 95% quantiles of Student's t by degrees of freedom (1-10, then 12, 15, 20, 30)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306}
+_T95 |= {9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def interval95(xs: list[float]) -> tuple[float, float] | None:
+    """The 95% interval of the mean of repetitions taken as independent draws (Student's t),
+    so that a goal's miss or pass can be read against the runs' own scatter; None for one."""
+    if len(xs) < 2:
+        return None
+    df = len(xs) - 1
+    t = _T95[max(k for k in _T95 if k <= df)] if df <= 30 else 1.960
+    m, half = statistics.fmean(xs), t * statistics.stdev(xs) / len(xs) ** 0.5
+    return m - half, m + half
+
+
 def ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -> str:
-    """Ratios of the repetitions both servers share (measured together); where they share
-    none (merged folders measured apart), the ratio of their means, said as such."""
+    """Ratios of the repetitions both servers share (measured together), with the 95%
+    interval of their mean from two on; where they share none (merged folders measured
+    apart), the ratio of their means, said as such."""
     rs = [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i]]
     if rs:
-        return f"{name}: {fmt_reps(rs)} (goal {goal})"
+        ci = interval95(rs)
+        body = fmt_reps(rs)
+        if ci is not None:
+            body = f"{body[:-1]}; 95% interval {ci[0]:.3f}-{ci[1]:.3f})"
+        return f"{name}: {body} (goal {goal})"
     if a and b and statistics.fmean(b.values()):
         m = statistics.fmean(a.values()) / statistics.fmean(b.values())
         return (

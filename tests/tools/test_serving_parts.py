@@ -440,3 +440,22 @@ def test_runs_recorded_without_phase_iterations_get_them_from_an_unpacked_folder
     assert runs[0]["phase_iters"][0]["prefill_s"] == pytest.approx(0.4)
     assert runs[0]["phase_iters"][0]["decode_n"] == 1
     assert "phase_iters" not in runs[1] and runs[2]["phase_iters"] == []
+
+
+def test_a_ratio_of_two_or_more_repetitions_carries_the_95_percent_interval_of_its_mean() -> None:
+    """Three repetitions 0.999 / 0.952 / 0.963: mean 0.971, and with t(2) = 4.303 the interval
+    reaches past 1.00, so such a miss is within the runs' own scatter; one repetition has no
+    interval."""
+    from ratios import interval95, ratio_line
+
+    lo, hi = interval95([0.999, 0.952, 0.963]) or (0.0, 0.0)
+    assert (round(lo, 3), round(hi, 3)) == (0.910, 1.032)
+    line = ratio_line("x[bursty]", {0: 0.999, 1: 0.952, 2: 0.963}, {0: 1, 1: 1, 2: 1}, ">= 1.00")
+    assert line == (
+        "x[bursty]: 0.971 (reps 0.999, 0.952, 0.963; spread 4.8%; 95% interval 0.910-1.032)"
+        " (goal >= 1.00)"
+    )
+    assert ratio_line("y", {0: 0.99}, {0: 1.0}, ">= 1.00") == (
+        "y: 0.990 (reps 0.990; spread 0.0%) (goal >= 1.00)"
+    )
+    assert interval95([1.0]) is None
