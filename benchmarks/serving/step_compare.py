@@ -16,12 +16,20 @@ a draft, B), two tables:
 
 ``FILE:SEGMENTS`` names run segments of a trace file (0-based, cut where no iteration launched
 for `--gap-s` seconds; a segment is one run, `served_steps.py`); several ``--a`` / ``--b``
-are pooled. Standard library only.
+are pooled. ``FILE=SERVER/TRACE@START-END,...`` with ``--runs runs.jsonl`` takes windows of
+seconds after each recorded run's start instead, e.g. a switching server's PLAIN stretches:
+
+    python benchmarks/serving/step_compare.py --runs runs.jsonl --min-samples 8 \
+        --a iters/specfsm/iter-3244.jsonl=specfsm_goodput/bursty@8-16.5,22-28 \
+        --b iters/nospec/iter-785.jsonl=nospec/bursty@8-16.5,22-28
+
+Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -36,22 +44,50 @@ BUCKETS = (300, 1000, 2500, 1 << 30)
 Runs = list[list[list[Any]]]
 
 
-def pick(specs: list[str], gap_s: float) -> Runs:
-    """``FILE:SEG,SEG`` -> those run segments (all of the file's without ``:``)."""
+def windows_of(spec: str, runs_path: Path | None) -> Runs:
+    """``FILE=SERVER/TRACE@S-E,S-E`` -> the iterations of FILE inside each window, in seconds
+    after the start (``t0``) of every run of SERVER on TRACE that ``runs_path`` records: one
+    stretch per window and run, so that a gap never bridges two. The way to take one mode's
+    stretches out of a run that switched (where the transition log puts it in PLAIN, say)."""
+    if runs_path is None:
+        raise SystemExit(f"{spec}: a run's windows need --runs (the folder's runs.jsonl)")
+    path, _, rest = spec.partition("=")
+    who, _, wins = rest.partition("@")
+    server, _, trace = who.partition("/")
+    if not wins:
+        raise SystemExit(f"{spec}: no windows (@START-END,START-END in seconds)")
+    spans = [tuple(float(x) for x in w.split("-", 1)) for w in wins.split(",")]
+    with open(path) as fh:
+        recs = [json.loads(x) for x in fh if x.strip()]
+    with open(runs_path) as fh:
+        runs = [json.loads(x) for x in fh if x.strip()]
+    t0s = [r["t0"] for r in runs if r.get("server") == server and r.get("trace") == trace]
+    if not t0s:
+        raise SystemExit(f"{spec}: {runs_path} holds no run of {server} on {trace} with its t0")
+    return [[x for x in recs if t0 + a <= x[0] < t0 + b] for t0 in t0s for a, b in spans]
+
+
+def pick(specs: list[str], gap_s: float, runs_path: Path | None = None) -> Runs:
+    """``FILE:SEG,SEG`` -> those run segments (all of the file's without ``:``);
+    ``FILE=SERVER/TRACE@S-E,...`` -> windows of recorded runs (`windows_of`)."""
     out: Runs = []
     for spec in specs:
+        if "=" in spec:
+            out += windows_of(spec, runs_path)
+            continue
         path, _, which = spec.partition(":")
         segs = segments(Path(path), gap_s)
         out += [segs[int(i)] for i in which.split(",")] if which else segs
     return out
 
 
-def decode_gaps(runs: Runs) -> dict[int, list[float]]:
-    """Decode gaps (ms) per exact batch size: `served_steps.py`'s clean steps, not pooled."""
+def decode_gaps(runs: Runs, bin_bs: int = 1) -> dict[int, list[float]]:
+    """Decode gaps (ms) per batch size (``bin_bs`` > 1: per bin of that many sizes, keyed by
+    its smallest): `served_steps.py`'s clean steps, not pooled into octaves."""
     by: dict[int, list[float]] = defaultdict(list)
     for steps in served_steps(runs).values():
         for bs, ms in steps:
-            by[bs].append(ms)
+            by[bs // bin_bs * bin_bs].append(ms)
     return by
 
 
@@ -70,15 +106,24 @@ def prefill_gaps(runs: Runs) -> dict[int, list[list[float]]]:
     return by
 
 
-def decode_table(a: Runs, b: Runs, min_samples: int) -> list[str]:
-    ga, gb = decode_gaps(a), decode_gaps(b)
+def decode_table(a: Runs, b: Runs, min_samples: int, bin_bs: int = 1) -> list[str]:
+    """One row per batch size (or bin) with enough steps on both sides, then their A / B
+    ratios averaged with weights min(steps A, steps B)."""
+    ga, gb = decode_gaps(a, bin_bs), decode_gaps(b, bin_bs)
     out = ["# decode: bs, A median ms (steps), B median ms (steps), A / B"]
+    num = den = 0.0
     for bs in sorted(set(ga) & set(gb)):
         if len(ga[bs]) >= min_samples and len(gb[bs]) >= min_samples:
             ma, mb = statistics.median(ga[bs]), statistics.median(gb[bs])
+            name = f"{bs}-{bs + bin_bs - 1}" if bin_bs > 1 else f"{bs}"
             out.append(
-                f"decode[bs={bs}]: {ma:.3f} ({len(ga[bs])}) {mb:.3f} ({len(gb[bs])}) {ma / mb:.3f}"
+                f"decode[bs={name}]: {ma:.3f} ({len(ga[bs])}) {mb:.3f} ({len(gb[bs])}) "
+                f"{ma / mb:.3f}"
             )
+            w = min(len(ga[bs]), len(gb[bs]))
+            num, den = num + w * ma / mb, den + w
+    if den:
+        out.append(f"decode[weighted]: A / B {num / den:.3f} over {len(out) - 1} rows")
     return out
 
 
@@ -119,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--b", action="append", required=True, help="FILE:SEG,SEG (server B)")
     ap.add_argument("--min-samples", type=int, default=20)
     ap.add_argument("--gap-s", type=float, default=1.5)
+    ap.add_argument("--runs", type=Path, default=None, help="runs.jsonl, for FILE=... specs")
+    ap.add_argument("--bin", type=int, default=1, help="decode rows per bin of batch sizes")
     args = ap.parse_args(argv)
-    a, b = pick(args.a, args.gap_s), pick(args.b, args.gap_s)
+    a, b = pick(args.a, args.gap_s, args.runs), pick(args.b, args.gap_s, args.runs)
     print(f"# A: {totals(a)}\n# B: {totals(b)}")
-    for line in decode_table(a, b, args.min_samples) + prefill_table(a, b, args.min_samples):
+    table = decode_table(a, b, args.min_samples, args.bin)
+    for line in table + prefill_table(a, b, args.min_samples):
         print(line)
     return 0
 

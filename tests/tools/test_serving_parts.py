@@ -277,6 +277,38 @@ def test_step_compare_puts_a_per_prefill_cost_after_the_prefill(tmp_path: Path) 
     assert "g1 7.00/5.00 (+2.00)" in line and "g0-g2 32.00/30.00 (+2.00)" in line
 
 
+def test_step_compare_takes_windows_of_recorded_runs_and_weighs_binned_rows(
+    tmp_path: Path,
+) -> None:
+    """``FILE=SERVER/TRACE@S-E`` keeps each recorded run's iterations inside the window (one
+    stretch per run and window); ``--bin`` pools batch sizes, and the weighted line averages
+    the rows' A / B by their smaller step count."""
+    import json
+
+    import step_compare
+
+    recs = [[100.0 + 0.01 * i, "D", 8 + i % 2, 0, 0, 8, 1000] for i in range(300)]
+    recs += [[200.0 + 0.011 * i, "D", 8 + i % 2, 0, 0, 8, 1000] for i in range(300)]
+    it = tmp_path / "iter-1.jsonl"
+    it.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    runs = tmp_path / "runs.jsonl"
+    rows = [
+        {"server": "s_a", "trace": "t", "t0": 100.0},
+        {"server": "s_b", "trace": "t", "t0": 200.0},
+    ]
+    runs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a = step_compare.pick([f"{it}=s_a/t@0-1,2-2.5"], 1.5, runs)
+    b = step_compare.pick([f"{it}=s_b/t@0-3"], 1.5, runs)
+    assert [len(x) for x in a] == [100, 50] and [len(x) for x in b] == [273]
+    table = step_compare.decode_table(a, b, 20, bin_bs=8)
+    assert table[1] == "decode[bs=8-15]: 10.000 (144) 11.000 (270) 0.909"
+    assert table[-1] == "decode[weighted]: A / B 0.909 over 1 rows"
+    with pytest.raises(SystemExit, match="need --runs"):
+        step_compare.pick([f"{it}=s_a/t@0-1"], 1.5)
+    with pytest.raises(SystemExit, match="no run of s_c on t"):
+        step_compare.pick([f"{it}=s_c/t@0-1"], 1.5, runs)
+
+
 def test_next_rep_numbers_a_second_driver_after_the_first(tmp_path: Path) -> None:
     """A driver into a folder that holds runs numbers its repetitions after theirs (the
     summary pairs runs by repetition, and request records are named by it)."""
