@@ -32,6 +32,7 @@ MACHINE7_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine
 MACHINE8_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine8/"
 MACHINE9_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-04_machine9/"
 MACHINE10_RESULTS = "benchmarks/gpu/results/2026-12-04_serving/2026-12-05_machine10/"
+MACHINE13_RESULTS = "benchmarks/gpu/results/2026-12-05_serving_h200/"
 SERVER_NAMES = {"nospec": "no-spec", "eagle": "EAGLE"}
 
 
@@ -197,7 +198,7 @@ def _report_one_machine(
     where: str,
     date: str = "2026-12-03",
 ) -> None:
-    """Every server on one machine (runs 'dec03' to 'dec05'): pinned PLAIN against the
+    """Every server on one machine (runs 'dec03' to 'dec05b'): pinned PLAIN against the
     server without a draft, pinned SPECULATING against the stock EAGLE server, the policies
     against the better static server, each repetition apart; and what the day trace asked of
     them."""
@@ -259,7 +260,9 @@ def report_serving(out: TextIO = sys.stdout) -> None:
         "and bursty, 1-3 reps (2026-12-04); 'dec04c': one machine, the goodput policy resumed\n"
         "with what it learned in the runs before, no stock EAGLE server, 2 reps (2026-12-04);\n"
         "'dec05': one machine, prefill chunks counting toward the debounce, the calibration's\n"
-        "stall guard, and the shapes example (vs lines only), 1-3 reps (2026-12-05).\n"
+        "stall guard, and the shapes example (vs lines only), 1-3 reps (2026-12-05); 'dec05b':\n"
+        "one machine, every server's collector frozen after warm-up, the shapes example with its\n"
+        "start-up profile, 2-3 reps (2026-12-05).\n"
         "EAGLE: the stock server;\n"
         "adaptive: SGLang's --speculative-adaptive; PLAIN / SPEC: specfsm pinned; goodput /\n"
         "example: specfsm with that policy:\n\n"
@@ -328,6 +331,7 @@ def report_serving(out: TextIO = sys.stdout) -> None:
     _report_one_machine(reps.get("dec04b", {}), out, "dec04b", MACHINE8_RESULTS, "2026-12-04")
     _report_one_machine(reps.get("dec04c", {}), out, "dec04c", MACHINE9_RESULTS, "2026-12-04")
     _report_one_machine(reps.get("dec05", {}), out, "dec05", MACHINE10_RESULTS, "2026-12-05")
+    _report_one_machine(reps.get("dec05b", {}), out, "dec05b", MACHINE13_RESULTS, "2026-12-05")
     out.flush()
 
 

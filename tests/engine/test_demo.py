@@ -148,6 +148,9 @@ def test_h200_serving_table_is_the_measured_run() -> None:
     assert re.search(r"^dec05\s+bursty\s+1228\s+1113\s+-\s+-\s+-\s+1207\s+1228$", text, re.M)
     assert "example vs best static: bursty 1.010 1.004 0.986\n" in text
     assert "shapes example vs best static: light 0.994, bursty 1.001 1.014\n" in text
+    # machine 13: every server's collector frozen, the shapes example with its profile
+    assert re.search(r"^dec05b\s+bursty\s+1228\s+1077\s+-\s+-\s+-\s+1192\s+1216$", text, re.M)
+    assert "shapes example vs best static: light 0.980 1.026, bursty 0.967 0.963 0.941\n" in text
     # the per-rep ratios match the summary's own reps (heavy goodput 1.089, 0.986)
     _, reps = demo_h200.load_serving()
     heavy = demo_h200.rep_ratios(reps["prefill"]["heavy"], "specfsm_goodput")
