@@ -19,7 +19,7 @@ for `--gap-s` seconds; a segment is one run, `served_steps.py`); several ``--a``
 are pooled. ``FILE=SERVER/TRACE@START-END,...`` with ``--runs runs.jsonl`` takes windows of
 seconds after each recorded run's start instead, e.g. a switching server's PLAIN stretches:
 
-    python benchmarks/serving/step_compare.py --runs runs.jsonl --min-samples 8 \
+    python benchmarks/serving/step_compare.py --runs runs.jsonl --min-samples 8 --bin 8 \
         --a iters/specfsm/iter-3244.jsonl=specfsm_goodput/bursty@8-16.5,22-28 \
         --b iters/nospec/iter-785.jsonl=nospec/bursty@8-16.5,22-28
 
@@ -56,7 +56,10 @@ def windows_of(spec: str, runs_path: Path | None) -> Runs:
     server, _, trace = who.partition("/")
     if not wins:
         raise SystemExit(f"{spec}: no windows (@START-END,START-END in seconds)")
-    spans = [tuple(float(x) for x in w.split("-", 1)) for w in wins.split(",")]
+    try:
+        spans = [(float(w.split("-", 1)[0]), float(w.split("-", 1)[1])) for w in wins.split(",")]
+    except (IndexError, ValueError):
+        raise SystemExit(f"{spec}: windows are START-END in seconds, comma-separated") from None
     with open(path) as fh:
         recs = [json.loads(x) for x in fh if x.strip()]
     with open(runs_path) as fh:
@@ -167,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=None, help="runs.jsonl, for FILE=... specs")
     ap.add_argument("--bin", type=int, default=1, help="decode rows per bin of batch sizes")
     args = ap.parse_args(argv)
+    if args.bin < 1:
+        ap.error("--bin: at least 1 (batch sizes per decode row)")
     a, b = pick(args.a, args.gap_s, args.runs), pick(args.b, args.gap_s, args.runs)
     print(f"# A: {totals(a)}\n# B: {totals(b)}")
     table = decode_table(a, b, args.min_samples, args.bin)

@@ -307,6 +307,8 @@ def test_step_compare_takes_windows_of_recorded_runs_and_weighs_binned_rows(
         step_compare.pick([f"{it}=s_a/t@0-1"], 1.5)
     with pytest.raises(SystemExit, match="no run of s_c on t"):
         step_compare.pick([f"{it}=s_c/t@0-1"], 1.5, runs)
+    with pytest.raises(SystemExit, match="START-END in seconds"):
+        step_compare.pick([f"{it}=s_a/t@8"], 1.5, runs)
 
 
 def test_next_rep_numbers_a_second_driver_after_the_first(tmp_path: Path) -> None:
