@@ -15,10 +15,11 @@ def mean_spread(xs: list[float]) -> tuple[float, float]:
     return m, (max(xs) - min(xs)) / m if m else 0.0
 
 
-def fmt_reps(xs: list[float], digits: int = 3) -> str:
+def fmt_reps(xs: list[float], digits: int = 3, more: str = "") -> str:
+    """Mean, the repetitions and their spread; ``more`` is added inside the brackets."""
     m, s = mean_spread(xs)
     reps = ", ".join(f"{x:.{digits}f}" for x in xs)
-    return f"{m:.{digits}f} (reps {reps}; spread {100 * s:.1f}%)"
+    return f"{m:.{digits}f} (reps {reps}; spread {100 * s:.1f}%{more})"
 
 
 #: two-sided 95% quantiles of Student's t by degrees of freedom (1-10, then 12, 15, 20, 30)
@@ -44,10 +45,8 @@ def ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -
     rs = [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i]]
     if rs:
         ci = interval95(rs)
-        body = fmt_reps(rs)
-        if ci is not None:
-            body = f"{body[:-1]}; 95% interval {ci[0]:.3f}-{ci[1]:.3f})"
-        return f"{name}: {body} (goal {goal})"
+        more = f"; 95% interval {ci[0]:.3f}-{ci[1]:.3f}" if ci is not None else ""
+        return f"{name}: {fmt_reps(rs, more=more)} (goal {goal})"
     if a and b and statistics.fmean(b.values()):
         m = statistics.fmean(a.values()) / statistics.fmean(b.values())
         return (
