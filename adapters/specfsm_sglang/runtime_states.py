@@ -9,7 +9,8 @@
   built here shares SGLang's attention workspace (`compat.shared_attention_workspace`) and skips
   a draft-extend graph SGLang would capture at the launch's width and never replay
   (`compat.no_dead_draft_extend_graph`); its CUDA graphs cover the server's decode batch
-  sizes up to config ``shape_graph_max_bs`` (all by default); a shape of another top-k than
+  sizes up to config ``shape_graph_max_bs`` (all by default; applied by `graph_sizes`, since
+  SGLang's own override of the sizes is not read by its runners); a shape of another top-k than
   the server's is built and drafted through the relay (`relay`);
 - PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
 
@@ -23,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from specfsm.model.acceptance import DraftShape
-from specfsm_sglang import compat, relay
+from specfsm_sglang import compat, graph_sizes, relay
 from specfsm_sglang.refusal import ConfigError
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import engine_shapes
@@ -58,11 +59,12 @@ class EngineStates:
             cuda_graph_runner_for_draft_extend=dw.cuda_graph_runner_for_draft_extend,
         )
         #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
-        self.graph_bs = _graph_bs()
+        self.graph_bs = graph_sizes.server_sizes(worker)
         t0 = time.perf_counter()
         with compat.shared_attention_workspace(worker):
+            # at the server's own sizes: SGLang's override left unset as at launch
             self.plain_state = worker.build_adaptive_runtime_state(
-                speculative_num_steps=0, speculative_num_draft_tokens=1, cuda_graph_bs=self.graph_bs
+                speculative_num_steps=0, speculative_num_draft_tokens=1
             )
         self.build_plain_s = time.perf_counter() - t0
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
@@ -81,7 +83,8 @@ class EngineStates:
             )
         #: the decode CUDA-graph batch sizes the extra shapes are captured for (config
         #: shape_graph_max_bs; None: graphs off)
-        self.shape_graph_bs = shape_graph_bs(self.graph_bs, cfg.shape_graph_max_bs)
+        self.shape_graph_max_bs = cfg.shape_graph_max_bs
+        self.shape_graph_bs = graph_sizes.capped(self.graph_bs, cfg.shape_graph_max_bs)
         if self.graph_bs and self.shape_graph_bs and shapes:
             # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
             rows = max(
@@ -119,11 +122,11 @@ class EngineStates:
                 relay.build_topk(self.worker, shape.topk, self.topk),
                 compat.shared_attention_workspace(self.worker),
                 compat.no_dead_draft_extend_graph(shape.draft_tokens, self.spec_tokens),
+                graph_sizes.captured_at(self.worker, self.shape_graph_bs),
             ):
                 state = self.worker.build_adaptive_runtime_state(
                     speculative_num_steps=shape.steps,
                     speculative_num_draft_tokens=shape.draft_tokens,
-                    cuda_graph_bs=self.shape_graph_bs,
                 )
         except Exception as exc:
             # SGLang's graph capture re-raises an out-of-memory error as a plain Exception
@@ -145,9 +148,18 @@ class EngineStates:
                 f"{type(exc).__name__}: {exc}"[:600],
             ) from exc
         used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
+        graph_max = graph_sizes.captured_max(state)
+        cap = self.shape_graph_max_bs
+        if cap is not None and graph_max is not None and graph_max > cap:
+            raise ConfigError(
+                "shape_graph_max_bs",
+                f"{cap} was not applied: SGLang captured the runtime state of {shape.label()} "
+                f"up to batch size {graph_max}; remove the cap",
+            )
         self.shape_builds[shape.label()] = {
             "build_s": round(time.perf_counter() - t0, 3),
             "device_mib": round(used / 2**20, 1),
+            **({"graph_max_bs": graph_max} if graph_max is not None else {}),
         }
         return state
 
@@ -163,7 +175,9 @@ class EngineStates:
             "build_plain_state_s": round(self.build_plain_s, 3),
             "sync_free_prefill_tail": self.sync_free_tail,
             "shape_states": {"launch": self.launch_shape.label(), **self.shape_builds},
-            "shape_graph_max_bs": max(self.shape_graph_bs) if self.shape_graph_bs else None,
+            "shape_graph_max_bs": self.shape_graph_max_bs,
+            # the sizes the extra shapes were captured for (None: graphs off)
+            "shape_graph_bs": self.shape_graph_bs,
         }
 
     def topk_of(self, state: Any) -> int:
@@ -173,37 +187,3 @@ class EngineStates:
             if st is state:
                 return shape.topk
         return self.topk
-
-
-def shape_graph_bs(graph_bs: list[int] | None, max_bs: int | None) -> list[int] | None:
-    """The decode graph batch sizes an extra shape is captured for: the server's up to
-    `max_bs` (config shape_graph_max_bs; None: all of them). None when graphs are off; a cap
-    below every size the server captures refuses the start-up (ConfigError)."""
-    if graph_bs is None or max_bs is None:
-        return graph_bs
-    kept = [b for b in graph_bs if b <= max_bs]
-    if not kept:
-        raise ConfigError(
-            "shape_graph_max_bs",
-            f"{max_bs} is below every decode CUDA-graph batch size of the server "
-            f"({min(graph_bs)} the smallest)",
-        )
-    return kept
-
-
-def _graph_bs() -> list[int] | None:
-    """The decode CUDA-graph batch sizes, or None when graphs are off (CPU)."""
-    try:
-        from sglang.srt.model_executor.cuda_graph_config import (
-            Backend,
-            Phase,
-            check_cuda_graph_backend,
-        )
-        from sglang.srt.runtime_context import get_exec
-
-        if check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED):
-            return None
-        bs = get_exec().graph.cuda_graph_bs_decode
-        return list(bs) if bs else None
-    except Exception:
-        return None

@@ -21,7 +21,8 @@ def _states(build: Any, **kw: Any) -> SimpleNamespace:
         build_adaptive_runtime_state=build, _target_worker=SimpleNamespace(model_runner=runner)
     )
     base = {"shape_builds": {}, "topk": 1, "spec_tokens": 8, "graph_bs": None}
-    return SimpleNamespace(worker=worker, **{**base, "shape_graph_bs": None, **kw})
+    extra = {"shape_graph_bs": None, "shape_graph_max_bs": None}
+    return SimpleNamespace(worker=worker, **{**base, **extra, **kw})
 
 
 def _worker(shared: object) -> SimpleNamespace:
@@ -122,28 +123,33 @@ def test_shape_states_share_the_attention_workspace() -> None:
 
 
 def test_extra_shapes_are_captured_up_to_their_graph_cap() -> None:
-    """Config shape_graph_max_bs: an extra shape's state is built for the server's decode graph
-    sizes up to the cap (larger batches run that shape eagerly); graphs off stays off, no cap
-    keeps every size, and a cap below every size refuses the start-up naming the key."""
+    """Config shape_graph_max_bs: an extra shape's state is captured for the server's decode
+    graph sizes up to the cap (larger batches run that shape eagerly); graphs off stays off, no
+    cap keeps every size, a cap below every size refuses the start-up naming the key, and so
+    does a state SGLang captured above the cap (tests/cpu/test_graph_sizes.py: the cap as
+    SGLang's own capture function sees it)."""
     from specfsm_sglang.config import ConfigError
-    from specfsm_sglang.runtime_states import EngineStates, shape_graph_bs
+    from specfsm_sglang.graph_sizes import capped
+    from specfsm_sglang.runtime_states import EngineStates
 
     from specfsm.model.acceptance import DraftShape
 
     server = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert shape_graph_bs(server, 64) == [1, 2, 4, 8, 16, 32, 64]
-    assert shape_graph_bs(server, 100) == [1, 2, 4, 8, 16, 32, 64]
-    assert shape_graph_bs(server, None) == server
-    assert shape_graph_bs(None, 64) is None
+    assert capped(server, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert capped(server, 100) == [1, 2, 4, 8, 16, 32, 64]
+    assert capped(server, None) == server
+    assert capped(None, 64) is None  # graphs off (no published config here)
     with pytest.raises(ConfigError, match="shape_graph_max_bs: 1 is below every"):
-        shape_graph_bs([2, 4], 1)
+        capped([2, 4], 1)
 
-    built: list[dict[str, object]] = []
+    def build(captured: list[int]) -> Any:
+        runner = SimpleNamespace(capture_bs=captured)
+        return lambda **kw: SimpleNamespace(target_graph_runner=runner, cuda_graph_runner=runner)
 
-    def build(**kw: object) -> object:
-        built.append(kw)
-        return "state"
-
-    fake = _states(build, graph_bs=server, shape_graph_bs=shape_graph_bs(server, 64))
-    state = EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
-    assert state == "state" and built[0]["cuda_graph_bs"] == [1, 2, 4, 8, 16, 32, 64]
+    kw = {"graph_bs": server, "shape_graph_bs": capped(server, 64), "shape_graph_max_bs": 64}
+    fake = _states(build([1, 2, 4, 8, 16, 32, 64]), **kw)
+    EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
+    assert fake.shape_builds["chain2"]["graph_max_bs"] == 64
+    fake = _states(build(server), **kw)
+    with pytest.raises(ConfigError, match="shape_graph_max_bs: 64 was not applied"):
+        EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
