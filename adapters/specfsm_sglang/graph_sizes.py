@@ -25,16 +25,21 @@ from typing import Any
 from specfsm_sglang.refusal import ConfigError
 
 
-def graphs_on() -> bool:
-    """Whether the server captures decode CUDA graphs: its resolved config's decode backend is
-    not "disabled" (False on the CPU bed, and before SGLang has published its config)."""
-    try:
-        from sglang.srt.runtime_context import get_exec
+def _runner(worker: Any, *path: str) -> Any:
+    obj = worker
+    for name in path:
+        obj = getattr(obj, name, None)
+    return obj
 
-        decode = get_exec().graph.cuda_graph_config.decode
-        return str(decode.backend) != "disabled"
-    except (ImportError, ValueError, AttributeError):
-        return False
+
+def graphs_on(worker: Any) -> bool:
+    """Whether the server captured decode CUDA graphs: its target model runner holds a decode
+    graph runner (the launch's own, False on the CPU bed); for a worker without that attribute,
+    whether a decode config it reaches has a backend other than "disabled"."""
+    tmr = _runner(worker, "_target_worker", "model_runner")
+    if tmr is not None and hasattr(tmr, "decode_cuda_graph_runner"):
+        return tmr.decode_cuda_graph_runner is not None
+    return any(str(d.backend) != "disabled" for d in _decode_configs(worker))
 
 
 def _decode_configs(worker: Any) -> list[Any]:
@@ -47,10 +52,7 @@ def _decode_configs(worker: Any) -> list[Any]:
 
         holders.append(get_exec().graph)
     for path in (("_target_worker", "model_runner"), ("_draft_worker", "draft_runner")):
-        obj: Any = worker
-        for name in path:
-            obj = getattr(obj, name, None)
-        holders.append(getattr(obj, "server_args", None))
+        holders.append(getattr(_runner(worker, *path), "server_args", None))
     for holder in holders:
         try:
             decode = holder.cuda_graph_config.decode
@@ -62,11 +64,14 @@ def _decode_configs(worker: Any) -> list[Any]:
 
 
 def server_sizes(worker: Any) -> list[int] | None:
-    """The decode CUDA-graph batch sizes the server's runners capture, or None when graphs are
-    off. With graphs on and no size list SGLang's config can give, None too: `capped`
-    refuses a cap then rather than ignore it."""
-    if not graphs_on():
+    """The decode CUDA-graph batch sizes the server captured (its launch graph runner's, else
+    its decode config's), or None when graphs are off. With graphs on and no size list to be
+    found, None too: `capped` refuses a cap then rather than ignore it."""
+    if not graphs_on(worker):
         return None
+    launch = _runner(worker, "_target_worker", "model_runner", "decode_cuda_graph_runner")
+    if bs := getattr(launch, "capture_bs", None):
+        return sorted({int(b) for b in bs})
     for decode in _decode_configs(worker):
         bs = getattr(decode, "bs", None)
         if bs:
@@ -74,15 +79,15 @@ def server_sizes(worker: Any) -> list[int] | None:
     return None
 
 
-def capped(sizes: list[int] | None, max_bs: int | None) -> list[int] | None:
-    """The sizes an extra shape is captured for: `sizes` up to `max_bs` (config
-    shape_graph_max_bs; None: all of them). None when graphs are off. A cap below every size,
-    or one set while graphs are on and the server's sizes could not be read, refuses the
-    start-up (ConfigError) instead of capturing at every size."""
+def capped(sizes: list[int] | None, max_bs: int | None, graphs: bool) -> list[int] | None:
+    """The sizes an extra shape is captured for: `sizes` (`server_sizes`) up to `max_bs`
+    (config shape_graph_max_bs; None: all of them). None when graphs are off (`graphs`
+    False). A cap below every size, or one set while graphs are on and the server's sizes
+    could not be read, refuses the start-up (ConfigError) instead of capturing at every size."""
     if max_bs is None:
         return sizes
     if sizes is None:
-        if graphs_on():
+        if graphs:
             raise ConfigError(
                 "shape_graph_max_bs",
                 f"{max_bs} cannot be applied: this SGLang's decode CUDA-graph batch sizes "

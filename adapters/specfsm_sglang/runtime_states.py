@@ -84,7 +84,9 @@ class EngineStates:
         #: the decode CUDA-graph batch sizes the extra shapes are captured for (config
         #: shape_graph_max_bs; None: graphs off)
         self.shape_graph_max_bs = cfg.shape_graph_max_bs
-        self.shape_graph_bs = graph_sizes.capped(self.graph_bs, cfg.shape_graph_max_bs)
+        self.shape_graph_bs = graph_sizes.capped(
+            self.graph_bs, cfg.shape_graph_max_bs, graph_sizes.graphs_on(worker)
+        )
         if self.graph_bs and self.shape_graph_bs and shapes:
             # the extra shapes' graphs may need more rows in SGLang's shared logits buffer
             rows = max(

@@ -135,18 +135,18 @@ def test_extra_shapes_are_captured_up_to_their_graph_cap() -> None:
     from specfsm.model.acceptance import DraftShape
 
     server = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert capped(server, 64) == [1, 2, 4, 8, 16, 32, 64]
-    assert capped(server, 100) == [1, 2, 4, 8, 16, 32, 64]
-    assert capped(server, None) == server
-    assert capped(None, 64) is None  # graphs off (no published config here)
+    assert capped(server, 64, True) == [1, 2, 4, 8, 16, 32, 64]
+    assert capped(server, 100, True) == [1, 2, 4, 8, 16, 32, 64]
+    assert capped(server, None, True) == server
+    assert capped(None, 64, False) is None  # graphs off: nothing to cap
     with pytest.raises(ConfigError, match="shape_graph_max_bs: 1 is below every"):
-        capped([2, 4], 1)
+        capped([2, 4], 1, True)
 
     def build(captured: list[int]) -> Any:
         runner = SimpleNamespace(capture_bs=captured)
         return lambda **kw: SimpleNamespace(target_graph_runner=runner, cuda_graph_runner=runner)
 
-    kw = {"graph_bs": server, "shape_graph_bs": capped(server, 64), "shape_graph_max_bs": 64}
+    kw = {"graph_bs": server, "shape_graph_bs": capped(server, 64, True), "shape_graph_max_bs": 64}
     fake = _states(build([1, 2, 4, 8, 16, 32, 64]), **kw)
     EngineStates._build_shape_state(fake, DraftShape.chain(2))  # type: ignore[arg-type]
     assert fake.shape_builds["chain2"]["graph_max_bs"] == 64

@@ -33,7 +33,7 @@ PROBE = textwrap.dedent("""
     from specfsm_sglang.refusal import ConfigError
     from specfsm_testbed.models import target_path
 
-    out = {"before_publish": graph_sizes.graphs_on()}
+    out = {"before_publish": graph_sizes.graphs_on(NS())}
     sa = ServerArgs(model_path=str(target_path()), device="cpu")
     full = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     sa.cuda_graph_config = CudaGraphConfig.from_dict({"decode": {"backend": "full", "bs": full}})
@@ -41,9 +41,9 @@ PROBE = textwrap.dedent("""
     runner = NS(req_to_token_pool=NS(size=256), server_args=sa)
     worker = NS(_target_worker=NS(model_runner=runner), _draft_worker=NS(draft_runner=runner))
     capture = lambda: get_batch_sizes_to_capture(runner)[0]
-    out["on"] = graph_sizes.graphs_on()
+    out["on"] = graph_sizes.graphs_on(worker)
     out["server"] = graph_sizes.server_sizes(worker)
-    kept = graph_sizes.capped(out["server"], 64)
+    kept = graph_sizes.capped(out["server"], 64, True)
     # SGLang's own override of the sizes, as build_adaptive_runtime_state makes it
     get_context().override("probe", cuda_graph_bs_decode=kept)
     out["sglang_override"] = capture()
@@ -53,11 +53,16 @@ PROBE = textwrap.dedent("""
     out["after"] = capture()
     out["list_kept"] = sa.cuda_graph_config.decode.bs is not kept
     try:
-        graph_sizes.capped(None, 64)
+        graph_sizes.capped(None, 64, True)
     except ConfigError as exc:
         out["unreadable"] = str(exc)
     state = NS(target_graph_runner=NS(capture_bs=[1, 2, 4]), cuda_graph_runner=None)
     out["captured_max"] = graph_sizes.captured_max(state)
+    # the launch's own graph runner, where the worker has one, says what was captured
+    runner.decode_cuda_graph_runner = NS(capture_bs=[1, 2, 4, 8])
+    out["launch"] = graph_sizes.server_sizes(worker)
+    runner.decode_cuda_graph_runner = None
+    out["launch_off"] = [graph_sizes.graphs_on(worker), graph_sizes.server_sizes(worker)]
     print(json.dumps(out))
 """)
 
@@ -82,3 +87,4 @@ def test_the_cap_narrows_what_sglang_captures() -> None:
     assert out["after"] == full and out["list_kept"]
     assert out["unreadable"].startswith("shape_graph_max_bs: 64 cannot be applied")
     assert out["captured_max"] == 4
+    assert out["launch"] == [1, 2, 4, 8] and out["launch_off"] == [False, None]
