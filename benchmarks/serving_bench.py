@@ -39,7 +39,8 @@ import summary
 import sync_report
 import torch_profile
 import traces
-from servers import SERVERS, VARIANTS, Bed, Server, flush_cache, shapes_config
+from launch import shapes_config
+from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
 # accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4).
 # On the GPU the table has two contexts, so the policy prices each iteration at its mean

@@ -15,9 +15,11 @@ Servers (``--servers``):
   and ``phases`` (pinned phase by phase to the better static server's mode: the per-phase
   oracle run on one server, ``phase_pins.py``);
 - ``adaptive``: SGLang's own ``--speculative-adaptive`` (EAGLE, topk 1);
-- ``specfsm_shapes``: EAGLE launched at chain 7 with the specfsm plugin and
-  ``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN or
-  one of chains 1-7, priced by its start-up profile; no variants).
+- ``specfsm_shapes``: EAGLE with the specfsm plugin and ``examples/gpu_server/specfsm_shapes.json``
+  as shipped (the goodput policy choosing PLAIN or one of chains 1-7, priced by its start-up
+  profile; no variants), or with keys set by ``--shapes-set``; launched at its policy's
+  ``shape`` (the example's chain 7), so a candidate such as a chain-3 launch with chains 1-2
+  is served by setting ``shapes`` and ``policy`` alone.
 
 Two beds: ``gpu`` (SGLang 0.5.17 on the H200 box, dummy Llama-3.1-8B weights made to agree
 with an EAGLE draft by ``benchmarks/gpu/agree_weights.py``; paths from run_on_device.sh) and
@@ -46,6 +48,7 @@ from typing import Any
 
 import gpu_bed
 import traces
+from launch import CHAIN, CHAIN7, shapes_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("nospec", "eagle", "specfsm", "adaptive", "specfsm_shapes")
@@ -53,7 +56,6 @@ SERVERS = ("nospec", "eagle", "specfsm", "adaptive", "specfsm_shapes")
 PLUGGED = ("specfsm", "specfsm_shapes")
 VARIANTS = ("goodput", "plain", "spec", "example", "plain_nodraft", "phases")
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
-SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
 
 
 def server_of(label: str, names: Collection[str]) -> str:
@@ -62,13 +64,6 @@ def server_of(label: str, names: Collection[str]) -> str:
     return label if label in names else label.split("_")[0]
 
 
-CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
-#: the launch of ``specfsm_shapes``: the widest shape of its example (its README's command)
-CHAIN7 = {
-    "speculative_num_steps": 7,
-    "speculative_eagle_topk": 1,
-    "speculative_num_draft_tokens": 8,
-}
 GPU_GRAPH_BS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256]
 
 
@@ -136,28 +131,6 @@ def example_policy() -> dict[str, Any]:
     return dict(json.loads(EXAMPLE.read_text())["policy"])
 
 
-#: the shapes example's start-up profile on the CPU bed: the tiny models' context and the bed's
-#: KV pool (8192 tokens, 16 requests) hold the shipped one's 1024-token prompts at bs 1 only
-CPU_SHAPES_PROFILE = {"bs": [1, 2], "forwards": 3, "prompt_tokens": 64}
-
-
-def shapes_config(
-    folder: Path, bed: str = "gpu", overrides: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN
-    or a shape, the extra shapes' runtime states, the start-up profile) with `overrides` set
-    (``--shapes-set``), its transition log and its profile's rows in ``folder`` and its control
-    file the server's own (`Server.start`). On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
-    cfg = {**json.loads(SHAPES_EXAMPLE.read_text()), **(overrides or {})}
-    cfg["log"] = str(folder / "transitions-rank{rank}.jsonl")
-    cfg.pop("control_file", None)
-    if cfg.get("profile"):
-        prof = dict(CPU_SHAPES_PROFILE if bed == "cpu" else cfg["profile"])
-        prof["save"] = str(folder / "profile_shapes-{rank}.csv")
-        cfg["profile"] = prof
-    return cfg
-
-
 @dataclass
 class Bed:
     """Where and how servers run: ``gpu`` or ``cpu``."""
@@ -175,7 +148,9 @@ class Bed:
         """The card the servers run on, for the runs' header (a figure is of one card)."""
         return "cpu" if self.name == "cpu" else gpu_bed.device_name()
 
-    def engine_args(self, server: str) -> dict[str, Any]:
+    def engine_args(self, server: str, launch: dict[str, int] | None = None) -> dict[str, Any]:
+        """The server's launch arguments; `launch`: a ``specfsm_shapes`` server's draft shape
+        flags (`shapes_launch`; default `CHAIN7`)."""
         if self.name == "cpu":
             from specfsm_testbed import engine as E
 
@@ -184,7 +159,7 @@ class Bed:
                 spec=spec, agree="mid", overlap=True, max_running_requests=16, max_total_tokens=8192
             )
             if server == "specfsm_shapes":
-                args.update(CHAIN7)
+                args.update(launch or CHAIN7)
             args.pop("device", None)
             args["device"] = "cpu"
             args["log_level"] = "info"
@@ -210,7 +185,7 @@ class Bed:
             if server != "nospec":
                 args["speculative_algorithm"] = "EAGLE"
                 args["speculative_draft_model_path"] = str(w / "models" / "eagle_llama8b")
-                args.update(CHAIN7 if server == "specfsm_shapes" else CHAIN)
+                args.update((launch or CHAIN7) if server == "specfsm_shapes" else CHAIN)
         if server == "adaptive":
             args["speculative_adaptive"] = True
         args["incremental_streaming_output"] = True
@@ -269,7 +244,8 @@ class Server:
         return self.bed.work / f"control_{self.server}.json"
 
     def argv(self) -> list[str]:
-        args = {**self.bed.engine_args(self.server), "host": "127.0.0.1", "port": self.port}
+        launch = shapes_launch(self.fsm_config) if self.server == "specfsm_shapes" else None
+        args = {**self.bed.engine_args(self.server, launch), "host": "127.0.0.1", "port": self.port}
         return [sys.executable, "-m", "sglang.launch_server", *flags(args)]
 
     def start(self, timeout_s: float, say: Callable[[str], None] = print) -> None:

@@ -51,8 +51,9 @@ What this module adds, and where each constant comes from:
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
   ``specfsm_shapes`` the FSM with the goodput policy of ``examples/gpu_server/specfsm_shapes.json``
-  launched at chain 7, RESHAPE among its shapes priced from the same table (the example's
-  start-up profile measures what the simulator takes from the table);
+  (with the keys the drivers' ``--shapes-set`` set, `launch.shapes_set_of`) launched at its
+  policy's shape (the example's chain 7), RESHAPE among its shapes priced from the same
+  table (the example's start-up profile measures what the simulator takes from the table);
   ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
   (`specfsm.sim.sglang_peer`, ported from 0.5.23) with 0.5.17's default config and the served
   CUDA-graph sizes, as served; its 1-step state is priced from the table's q=1 and q=4 rows.
@@ -73,7 +74,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specfsm.model.acceptance import DraftShape, alpha_from_accept_length
+from specfsm.model.acceptance import DraftShape, alpha_from_accept_length, parse_shape
 from specfsm.model.costs import CostModel, CostTable, load_table
 from specfsm.policy.goodput.args import goodput_from_args
 from specfsm.policy.registry import make_policy
@@ -88,6 +89,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 import gpu_bed  # noqa: E402
+import launch as bench_launch  # noqa: E402
 import sim_miss  # noqa: E402
 import traces as bench_traces  # noqa: E402
 
@@ -153,7 +155,9 @@ class _PrefillAt(CostModel):
         self.prefill_ms_per_token_draft = draft_us / 1000.0
 
 
-def _controller(server: str, table: str, accept_len: float) -> Controller:
+def _controller(
+    server: str, table: str, accept_len: float, shapes_set: Mapping[str, Any] | None = None
+) -> Controller:
     if server == "nospec":
         return no_draft_server()
     if server in ("eagle", "specfsm_spec"):
@@ -169,10 +173,11 @@ def _controller(server: str, table: str, accept_len: float) -> Controller:
         spec = json.loads(EXAMPLE.read_text())["policy"]
         return FSMController("specfsm-example", make_policy(spec), SHAPE, lazy_draft_prefill=True)
     if server == "specfsm_shapes":
-        spec = json.loads(SHAPES_EXAMPLE.read_text())["policy"]
-        return FSMController(
-            "specfsm-shapes", make_policy(spec), SHAPES_LAUNCH, lazy_draft_prefill=True
-        )
+        # the example as shipped with the keys the driver's --shapes-set set, launched at its
+        # policy's shape as the benchmark launches it (launch.shapes_launch)
+        spec = {**json.loads(SHAPES_EXAMPLE.read_text()), **(shapes_set or {})}["policy"]
+        launch = parse_shape(spec["shape"]) if "shape" in spec else SHAPES_LAUNCH
+        return FSMController("specfsm-shapes", make_policy(spec), launch, lazy_draft_prefill=True)
     if server == "adaptive":
         return SGLangAdaptiveController(
             SGLANG_0517_ADAPTIVE, max_bs=MAX_RUNNING, shape=SHAPE, graph_bs=GPU_GRAPH_BS
@@ -244,6 +249,7 @@ def simulate(
     *,
     prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
     seeds: int = 6,
+    shapes_set: Mapping[str, Any] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Per phase of `trace` (`predict`'s arguments; one value for the whole window when the
     phases differ in length), the mean over `seeds` simulator seeds of: output tok/s (the
@@ -263,7 +269,7 @@ def simulate(
     sums, tpots = [0.0] * n, [0.0] * n
     k = max(1, seeds)
     for seed in range(k):
-        ctl = _controller(server, table, accept_len)
+        ctl = _controller(server, table, accept_len, shapes_set)
         res = run(ctl, load, cost, alpha, workload=workload, seed=seed, phase_s=phase_s)
         for i, tok in enumerate(res.phase_tokens[:n]):
             sums[i] += tok
@@ -280,6 +286,7 @@ def predict(
     *,
     prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
     seeds: int = 6,
+    shapes_set: Mapping[str, Any] | None = None,
 ) -> float:
     """Predicted output tok/s of `server` (one of `SERVERS`) over `trace`'s window: the tokens
     the simulator commits inside [0, trace.seconds) / trace.seconds, the mean over `seeds`
@@ -288,7 +295,13 @@ def predict(
     us per prompt token, default the measured `MEASURED_PREFILL_US`; None: the simulator's own
     approximation from the table (`CostModel.prefill_ms`)."""
     phases, _ = simulate(
-        trace, server, table, accept_len, prefill_us_per_token=prefill_us_per_token, seeds=seeds
+        trace,
+        server,
+        table,
+        accept_len,
+        prefill_us_per_token=prefill_us_per_token,
+        seeds=seeds,
+        shapes_set=shapes_set,
     )
     return sum(phases) * _phase_s(trace) / trace.seconds
 
@@ -381,6 +394,11 @@ def sim_lines(
     runs = _runs(runs_path)
     _headers_match(runs, traces)
     by = _measured(runs)
+    # the shapes example as the drivers served it (keys set by --shapes-set)
+    shapes_set = bench_launch.shapes_set_of([r for r in runs if "argv" in r])
+    sim = functools.partial(simulate, seeds=seeds, shapes_set=shapes_set)
+    # the simulator's own prefill approximation (the info line)
+    pred_raw = functools.partial(predict, seeds=seeds, shapes_set=shapes_set)
     t_us, d_us = MEASURED_PREFILL_US
     probe = CostModel(load_table(table), SHAPE)
     lines = [
@@ -412,7 +430,7 @@ def sim_lines(
             if server not in SERVERS:
                 lines.append(f"# serve_sim_vs_measured[{name}][{server}]: no simulated server")
                 continue
-            sim_phases, sim_tpot = simulate(tr, server, table, accept_len, seeds=seeds)
+            sim_phases, sim_tpot = sim(tr, server, table, accept_len)
             pred = sum(sim_phases) * _phase_s(tr) / tr.seconds
             ratio = pred / measured
             lines.append(
@@ -421,7 +439,7 @@ def sim_lines(
             )
             if not GOAL[0] <= ratio <= GOAL[1]:
                 lines.append(_miss_line(tr, recs, server, ratio, sim_phases, sim_tpot))
-            raw = predict(tr, server, table, accept_len, prefill_us_per_token=None, seeds=seeds)
+            raw = pred_raw(tr, server, table, accept_len, prefill_us_per_token=None)
             table_ratios.append(f"{server} {raw / measured:.2f}")
         if table_ratios:
             lines.append(

@@ -37,28 +37,45 @@ def test_the_start_up_profile_rows_are_kept_with_the_run(tmp_path: Path) -> None
 
 def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
     """``specfsm_shapes``: EAGLE launched at chain 7 with the plugin and the shapes example as
-    shipped (its own log, the bench's control file); the summary judges it like the other
-    configurations and sets its KV pool beside the stock server's."""
+    shipped (its own log, the bench's control file), or at the shape its policy names; the
+    summary judges it like the other configurations and sets its KV pool beside the stock
+    server's."""
     import gzip
     import json
 
+    import launch
     import servers
 
-    cfg = servers.shapes_config(Path("/x"))
-    shipped = json.loads(servers.SHAPES_EXAMPLE.read_text())
+    cfg = launch.shapes_config(Path("/x"))
+    shipped = json.loads(launch.SHAPES_EXAMPLE.read_text())
     assert cfg["policy"] == shipped["policy"] and cfg["shapes"] == shipped["shapes"]
     assert cfg["log"] == "/x/transitions-rank{rank}.jsonl" and "control_file" not in cfg
     # the shipped start-up profile, its rows kept beside the log (not the specfsm server's file)
     assert cfg["profile"] == {**shipped["profile"], "save": "/x/profile_shapes-{rank}.csv"}
-    small = servers.shapes_config(Path("/x"), "cpu")["profile"]
-    assert small == {**servers.CPU_SHAPES_PROFILE, "save": "/x/profile_shapes-{rank}.csv"}
+    small = launch.shapes_config(Path("/x"), "cpu")["profile"]
+    assert small == {**launch.CPU_SHAPES_PROFILE, "save": "/x/profile_shapes-{rank}.csv"}
     # --shapes-set: keys set on the example as shipped, the rest kept
-    capped = servers.shapes_config(Path("/x"), "gpu", {"shape_graph_max_bs": 64})
+    capped = launch.shapes_config(Path("/x"), "gpu", {"shape_graph_max_bs": 64})
     assert capped["shape_graph_max_bs"] == 64 and capped["shapes"] == shipped["shapes"]
     bed = servers.Bed("gpu", tmp_path)
     assert bed.engine_args("specfsm_shapes")["speculative_num_steps"] == 7
     assert bed.engine_args("specfsm_shapes")["speculative_num_draft_tokens"] == 8
     assert bed.engine_args("specfsm")["speculative_num_steps"] == 3
+    # the launch follows the config's policy shape: a chain-3 candidate is set by keys alone
+    assert launch.shapes_launch(cfg) == launch.CHAIN7
+    three = {"shapes": ["chain1", "chain2"], "policy": {**shipped["policy"], "shape": "chain3"}}
+    server = servers.Server(
+        bed, "specfsm_shapes", tmp_path / "s.log", launch.shapes_config(tmp_path, "gpu", three)
+    )
+    argv = " ".join(server.argv())
+    assert "--speculative-num-steps 3 " in argv and "--speculative-num-draft-tokens 4 " in argv
+    assert launch.launch_args("4,2,16") == {
+        "speculative_num_steps": 2,
+        "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 16,
+    }
+    with pytest.raises(ValueError, match="expected chainN or K,S,N"):
+        launch.launch_args("chain0")
     assert bed.server_env("specfsm_shapes")["SGLANG_PLUGINS"] == "specfsm"
     assert "SGLANG_PLUGINS" not in bed.server_env("eagle") or (
         "specfsm" not in bed.server_env("eagle")["SGLANG_PLUGINS"]

@@ -132,3 +132,28 @@ def test_runs_of_another_card_than_the_tables_are_said_so(tmp_path: Path) -> Non
         head.parent.mkdir()
         head.write_text(json.dumps({"started": "x", "bed": "gpu", "device": card}) + "\n")
         assert f"# device: {card}" in summary.summarize(head, {})
+
+
+def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
+    """``specfsm_shapes`` is simulated as the drivers' ``--shapes-set`` set it and launched at
+    its policy's shape, as the benchmark launches it (launch.shapes_launch); drivers of one
+    folder that set different keys are refused (their runs were different servers)."""
+    import json
+
+    import launch
+    import pytest
+
+    table = "h200_sglang0517_llama8b"
+    shipped = sim_predict._controller("specfsm_shapes", table, 3.0)
+    assert shipped.shape == sim_predict.SHAPES_LAUNCH  # chain 7
+    policy = json.loads(sim_predict.SHAPES_EXAMPLE.read_text())["policy"]
+    three = {"shapes": ["chain1", "chain2"], "policy": {**policy, "shape": "chain3"}}
+    argv = ["serving_bench.py", "--shapes-set", json.dumps(three)]
+    assert launch.shapes_set_of([{"argv": argv}, {"argv": argv}]) == three
+    assert launch.shapes_set_of([{"argv": ["serving_bench.py"]}]) == {}
+    with pytest.raises(ValueError, match="different --shapes-set"):
+        launch.shapes_set_of([{"argv": argv}, {"argv": ["serving_bench.py"]}])
+    ctl = sim_predict._controller("specfsm_shapes", table, 3.0, three)
+    assert ctl.shape == sim_predict.SHAPE  # chain 3
+    v = sim_predict.predict(TRACES["bursty"], "specfsm_shapes", seeds=1, shapes_set=three)
+    assert math.isfinite(v) and v > 0

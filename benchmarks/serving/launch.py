@@ -1,0 +1,102 @@
+"""What the serving benchmark's speculative servers are launched with: the draft shape flags
+(SGLang's ``--speculative-*``) and the shapes example's config.
+
+- `CHAIN`: every speculative server's launch but ``specfsm_shapes`` (chain 3);
+- `launch_args`: the flags of a draft shape label (``chainN`` or ``K,S,N``);
+- `shapes_launch`: a ``specfsm_shapes`` server's, its config's policy ``shape`` (`CHAIN7`, the
+  example's, when it names none);
+- `shapes_config`: ``examples/gpu_server/specfsm_shapes.json`` as shipped, with the keys
+  ``--shapes-set`` sets.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
+
+CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+#: the launch of ``specfsm_shapes`` when its config names none: the example's chain 7
+CHAIN7 = {
+    "speculative_num_steps": 7,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 8,
+}
+
+
+def launch_args(shape: str) -> dict[str, int]:
+    """SGLang's launch flags for a draft shape label: ``chainN`` (N steps, top-k 1, N + 1
+    draft tokens) or ``K,S,N`` (a tree: top-k K, S steps, N draft tokens). ValueError for
+    anything else."""
+    text = shape.replace(" ", "")
+    if text.startswith("chain") and text[5:].isdigit() and int(text[5:]) >= 1:
+        n = int(text[5:])
+        return {
+            "speculative_num_steps": n,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": n + 1,
+        }
+    parts = text.split(",")
+    if len(parts) == 3 and all(p.isdigit() and int(p) >= 1 for p in parts):
+        k, steps, n = (int(p) for p in parts)
+        return {
+            "speculative_num_steps": steps,
+            "speculative_eagle_topk": k,
+            "speculative_num_draft_tokens": n,
+        }
+    raise ValueError(f"draft shape {shape!r}: expected chainN or K,S,N")
+
+
+def shapes_launch(cfg: dict[str, Any] | None) -> dict[str, int]:
+    """The launch of a ``specfsm_shapes`` server: its config's policy ``shape`` (the shape the
+    goodput policy is launched at), `CHAIN7` when it names none."""
+    policy = (cfg or {}).get("policy")
+    shape = policy.get("shape") if isinstance(policy, dict) else None
+    return launch_args(str(shape)) if shape else dict(CHAIN7)
+
+
+#: the shapes example's start-up profile on the CPU bed: the tiny models' context and the bed's
+#: KV pool (8192 tokens, 16 requests) hold the shipped one's 1024-token prompts at bs 1 only
+CPU_SHAPES_PROFILE = {"bs": [1, 2], "forwards": 3, "prompt_tokens": 64}
+
+
+def shapes_config(
+    folder: Path, bed: str = "gpu", overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``examples/gpu_server/specfsm_shapes.json`` as shipped (the goodput policy choosing PLAIN
+    or a shape, the extra shapes' runtime states, the start-up profile) with `overrides` set
+    (``--shapes-set``), its transition log and its profile's rows in ``folder`` and its control
+    file the server's own (`Server.start`). On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
+    cfg = {**json.loads(SHAPES_EXAMPLE.read_text()), **(overrides or {})}
+    cfg["log"] = str(folder / "transitions-rank{rank}.jsonl")
+    cfg.pop("control_file", None)
+    if cfg.get("profile"):
+        prof = dict(CPU_SHAPES_PROFILE if bed == "cpu" else cfg["profile"])
+        prof["save"] = str(folder / "profile_shapes-{rank}.csv")
+        cfg["profile"] = prof
+    return cfg
+
+
+def shapes_set_of(headers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The keys ``--shapes-set`` set on the shapes example in the drivers whose header records
+    (their ``argv``) are `headers`: {} when none set any. ValueError when drivers of one
+    folder set different ones (their ``specfsm_shapes`` runs were different servers)."""
+    seen: list[dict[str, Any]] = []
+    for h in headers:
+        argv = [str(a) for a in h.get("argv") or []]
+        got: dict[str, Any] = {}
+        for i, a in enumerate(argv):
+            if a == "--shapes-set" and i + 1 < len(argv):
+                got = json.loads(argv[i + 1] or "{}")
+            elif a.startswith("--shapes-set="):
+                got = json.loads(a.split("=", 1)[1] or "{}")
+        if got not in seen:
+            seen.append(got)
+    if len(seen) > 1:
+        raise ValueError(f"the drivers set different --shapes-set: {seen}")
+    return seen[0] if seen else {}
