@@ -39,7 +39,7 @@ import summary
 import sync_report
 import torch_profile
 import traces
-from launch import shapes_config
+from launch import shapes_config, shapes_launch
 from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
 # accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4).
@@ -308,6 +308,10 @@ def main() -> int:
         args.shapes_set = json.loads(args.shapes_set or "{}")
         if not isinstance(args.shapes_set, dict):
             raise ValueError(f"--shapes-set: expected a JSON object, got {args.shapes_set!r}")
+        try:  # the shapes server's launch, its policy's shape: refused here, not at its start
+            shapes_launch(shapes_config(args.out, args.bed, args.shapes_set))
+        except ValueError as exc:
+            raise ValueError(f"--shapes-set: {exc}") from None
         args.phase_pins = phase_pins.parse(args.phase_pins)
         args.repetitions = traces.repetitions(args.reps_of, args.reps)
     except ValueError as e:

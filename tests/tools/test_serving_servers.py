@@ -260,16 +260,20 @@ def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
 
 
 def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
-    """``--shapes-set`` takes a JSON object; anything else ends the command with a usage
-    error, before a server starts."""
+    """``--shapes-set`` takes a JSON object whose policy shape (the shapes server's launch) is
+    a shape; anything else ends the command with a usage error, before a server starts."""
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "serving_bench.py"
-    got = subprocess.run(
-        [sys.executable, str(bench), "--shapes-set", "[64]", "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert got.returncode == 2 and "--shapes-set: expected a JSON object" in got.stderr
-    assert not (tmp_path / "o" / "runs.jsonl").exists()
+    for value, said in (
+        ("[64]", "--shapes-set: expected a JSON object"),
+        ('{"policy":{"name":"goodput","shape":"chain0"}}', "--shapes-set: draft shape 'chain0'"),
+    ):
+        got = subprocess.run(
+            [sys.executable, str(bench), "--shapes-set", value, "--out", str(tmp_path / "o")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert got.returncode == 2 and said in got.stderr, got.stderr[-500:]
+        assert not (tmp_path / "o" / "runs.jsonl").exists()
