@@ -117,6 +117,8 @@ def run_server(
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     frac = bed.engine_args(name).get("mem_fraction_static")
     rec = {"server": name, "start_s": srv.start_s, "kv_tokens": kv, "mem_fraction_static": frac}
+    if name == "specfsm_shapes":
+        rec["shapes_set"] = args.shapes_set  # what the simulator serves beside it (sim_predict)
     log.write(json.dumps(rec) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
     reps_of = args.repetitions

@@ -82,21 +82,18 @@ def shapes_config(
     return cfg
 
 
-def shapes_set_of(headers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The keys ``--shapes-set`` set on the shapes example in the drivers whose header records
-    (their ``argv``) are `headers`: {} when none set any. ValueError when drivers of one
-    folder set different ones (their ``specfsm_shapes`` runs were different servers)."""
+def shapes_set_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The keys ``--shapes-set`` set on the shapes example of the ``specfsm_shapes`` servers a
+    folder's server records (``runs.jsonl``) name: {} when none set any (as shipped). ValueError
+    when its servers were started with different ones (their runs were different servers)."""
     seen: list[dict[str, Any]] = []
-    for h in headers:
-        argv = [str(a) for a in h.get("argv") or []]
-        got: dict[str, Any] = {}
-        for i, a in enumerate(argv):
-            if a == "--shapes-set" and i + 1 < len(argv):
-                got = json.loads(argv[i + 1] or "{}")
-            elif a.startswith("--shapes-set="):
-                got = json.loads(a.split("=", 1)[1] or "{}")
-        if got not in seen:
-            seen.append(got)
+    for r in records:
+        if r.get("server") == "specfsm_shapes" and "start_s" in r and "trace" not in r:
+            got = dict(r.get("shapes_set") or {})
+            if got not in seen:
+                seen.append(got)
     if len(seen) > 1:
-        raise ValueError(f"the drivers set different --shapes-set: {seen}")
+        raise ValueError(
+            f"the specfsm_shapes servers were started with different --shapes-set: {seen}"
+        )
     return seen[0] if seen else {}

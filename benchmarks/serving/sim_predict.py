@@ -51,7 +51,7 @@ What this module adds, and where each constant comes from:
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
   ``specfsm_shapes`` the FSM with the goodput policy of ``examples/gpu_server/specfsm_shapes.json``
-  (with the keys the drivers' ``--shapes-set`` set, `launch.shapes_set_of`) launched at its
+  (with the keys ``--shapes-set`` set on its server, `launch.shapes_set_of`) launched at its
   policy's shape (the example's chain 7), RESHAPE among its shapes priced from the same
   table (the example's start-up profile measures what the simulator takes from the table);
   ``adaptive`` the simulator's port of SGLang's ``--speculative-adaptive``
@@ -394,8 +394,8 @@ def sim_lines(
     runs = _runs(runs_path)
     _headers_match(runs, traces)
     by = _measured(runs)
-    # the shapes example as the drivers served it (keys set by --shapes-set)
-    shapes_set = bench_launch.shapes_set_of([r for r in runs if "argv" in r])
+    # the shapes example as its server was started (keys set by --shapes-set)
+    shapes_set = bench_launch.shapes_set_of(runs)
     sim = functools.partial(simulate, seeds=seeds, shapes_set=shapes_set)
     # the simulator's own prefill approximation (the info line)
     pred_raw = functools.partial(predict, seeds=seeds, shapes_set=shapes_set)

@@ -135,9 +135,10 @@ def test_runs_of_another_card_than_the_tables_are_said_so(tmp_path: Path) -> Non
 
 
 def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
-    """``specfsm_shapes`` is simulated as the drivers' ``--shapes-set`` set it and launched at
-    its policy's shape, as the benchmark launches it (launch.shapes_launch); drivers of one
-    folder that set different keys are refused (their runs were different servers)."""
+    """``specfsm_shapes`` is simulated as ``--shapes-set`` set it on its server (its server
+    record) and launched at its policy's shape, as the benchmark launches it
+    (launch.shapes_launch); servers of one folder started with different keys are refused
+    (their runs were different servers), a merge's own header is no server."""
     import json
 
     import launch
@@ -148,11 +149,13 @@ def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
     assert shipped.shape == sim_predict.SHAPES_LAUNCH  # chain 7
     policy = json.loads(sim_predict.SHAPES_EXAMPLE.read_text())["policy"]
     three = {"shapes": ["chain1", "chain2"], "policy": {**policy, "shape": "chain3"}}
-    argv = ["serving_bench.py", "--shapes-set", json.dumps(three)]
-    assert launch.shapes_set_of([{"argv": argv}, {"argv": argv}]) == three
-    assert launch.shapes_set_of([{"argv": ["serving_bench.py"]}]) == {}
+    started = {"server": "specfsm_shapes", "start_s": 120.0, "kv_tokens": 1}
+    run = {"server": "specfsm_shapes", "trace": "bursty", "start_s": 1.0}
+    merged = [{"argv": ["merge.py"]}, {**started, "shapes_set": three}, run]
+    assert launch.shapes_set_of([*merged, {**started, "shapes_set": three}]) == three
+    assert launch.shapes_set_of([started, {"server": "nospec", "start_s": 1.0}]) == {}
     with pytest.raises(ValueError, match="different --shapes-set"):
-        launch.shapes_set_of([{"argv": argv}, {"argv": ["serving_bench.py"]}])
+        launch.shapes_set_of([{**started, "shapes_set": three}, started])
     ctl = sim_predict._controller("specfsm_shapes", table, 3.0, three)
     assert ctl.shape == sim_predict.SHAPE  # chain 3
     v = sim_predict.predict(TRACES["bursty"], "specfsm_shapes", seeds=1, shapes_set=three)
