@@ -5,7 +5,7 @@ Each iteration's wall time is the gap to the next launch (overlap on: as served)
 iterations (E, M) and decode iterations (D) are summed apart, with the tokens they carried, so
 two servers on the same trace can be compared piece by piece.
 
-Standard library only.
+Standard library only (and `servers.server_of`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import json
 import statistics
 from pathlib import Path
 from typing import Any
+
+from servers import SERVERS, server_of
 
 
 def load(folder: Path) -> list[list[Any]]:
@@ -165,14 +167,13 @@ def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
 def fill_phase_iters(out: Path, runs: list[dict[str, Any]], bounds: dict[str, Any]) -> None:
     """Give ``phase_iters`` to the runs recorded without it, where ``out/iters/`` holds their
     server's iteration traces (a results folder's tgz unpacked into it): the specfsm
-    variants share the ``specfsm`` server's. ``bounds``: trace name -> its phase bounds."""
+    variants share the ``specfsm`` server's (`servers.server_of`). ``bounds``: trace name ->
+    its phase bounds."""
     cache: dict[Path, list[list[Any]]] = {}
     for r in runs:
         if "phase_iters" in r or "t0" not in r or r["trace"] not in bounds:
             continue
-        folder = out / "iters" / r["server"]
-        if not folder.is_dir() and r["server"].startswith("specfsm_"):
-            folder = out / "iters" / "specfsm"
+        folder = out / "iters" / server_of(r["server"], SERVERS)
         if not folder.is_dir():
             continue
         if folder not in cache:
