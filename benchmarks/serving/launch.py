@@ -5,8 +5,8 @@
 - `launch_args`: the flags of a draft shape label (``chainN`` or ``K,S,N``);
 - `shapes_launch`: a ``specfsm_shapes`` server's, its config's policy ``shape`` (`CHAIN7`, the
   example's, when it names none);
-- `shapes_config`: ``examples/gpu_server/specfsm_shapes.json`` as shipped, with the keys
-  ``--shapes-set`` sets.
+- `shapes_example`: ``examples/gpu_server/specfsm_shapes.json`` as shipped, with the keys
+  ``--shapes-set`` sets; `shapes_config`: that, with the run's log and profile paths.
 
 Standard library only.
 """
@@ -65,6 +65,12 @@ def shapes_launch(cfg: dict[str, Any] | None) -> dict[str, int]:
 CPU_SHAPES_PROFILE = {"bs": [1, 2], "forwards": 3, "prompt_tokens": 64}
 
 
+def shapes_example(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``examples/gpu_server/specfsm_shapes.json`` as shipped with the keys `overrides` sets
+    (``--shapes-set``): what the shapes server runs, and what the simulator serves for it."""
+    return {**json.loads(SHAPES_EXAMPLE.read_text()), **(overrides or {})}
+
+
 def shapes_config(
     folder: Path, bed: str = "gpu", overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -72,7 +78,7 @@ def shapes_config(
     or a shape, the extra shapes' runtime states, the start-up profile) with `overrides` set
     (``--shapes-set``), its transition log and its profile's rows in ``folder`` and its control
     file the server's own (`Server.start`). On the CPU bed the profile is `CPU_SHAPES_PROFILE`."""
-    cfg = {**json.loads(SHAPES_EXAMPLE.read_text()), **(overrides or {})}
+    cfg = shapes_example(overrides)
     cfg["log"] = str(folder / "transitions-rank{rank}.jsonl")
     cfg.pop("control_file", None)
     if cfg.get("profile"):

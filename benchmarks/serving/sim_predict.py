@@ -121,7 +121,7 @@ SERVERS = (
 #: the GPU example configuration, whose policy ``specfsm_example`` runs
 EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm.json"
 #: the shapes example, whose policy ``specfsm_shapes`` runs, and the shape it is launched at
-SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
+SHAPES_EXAMPLE = bench_launch.SHAPES_EXAMPLE
 SHAPES_LAUNCH = DraftShape.chain(7)
 #: GPU us per prompt token (target, draft): token-weighted prefill_gpu of every run in
 #: benchmarks/gpu/results/2026-12-02_serving/runs.jsonl (see the module docstring: FITTED)
@@ -175,7 +175,7 @@ def _controller(
     if server == "specfsm_shapes":
         # the example as shipped with the keys the driver's --shapes-set set, launched at its
         # policy's shape as the benchmark launches it (launch.shapes_launch)
-        spec = {**json.loads(SHAPES_EXAMPLE.read_text()), **(shapes_set or {})}["policy"]
+        spec = bench_launch.shapes_example(dict(shapes_set or {}))["policy"]
         launch = parse_shape(spec["shape"]) if "shape" in spec else SHAPES_LAUNCH
         return FSMController("specfsm-shapes", make_policy(spec), launch, lazy_draft_prefill=True)
     if server == "adaptive":
