@@ -9,8 +9,9 @@ they share (a ratio never divides a run by one from another machine unless the f
 measured that way), and says so where two servers share none. Every run and server record
 keeps where it came from (``source``, ``rep_measured``); each folder's header is kept, so the
 summary names every command. LABELs keep only those servers' runs (``adaptive``, or
-``specfsm_plain``); a server record (start time, KV pool) is kept when one of its runs is, and
-a server's failed start whenever its label is kept.
+``specfsm_plain``); a server record (start time, KV pool) is kept when one of its runs is, or,
+with no LABELs, when the server ran none (started for its KV pool alone), and a server's
+failed start whenever its label is kept.
 A folder's ``requests/`` files are copied under their new repetition numbers, so the greedy
 comparison with the no-speculation server runs on the merged folder as on a measured one;
 with ``--refer`` each run names its source file instead (``requests_file``, relative to the
@@ -67,6 +68,7 @@ def merge(
         # (``specfsm_goodput``)
         names = {r["server"] for r in recs if "trace" not in r and "server" in r}
         kept_servers = {server_of(r["server"], names) for r in runs}
+        ran = {server_of(r["server"], names) for r in recs if "trace" in r}
         pending: dict[str, Any] | None = None
         for r in recs:
             if "started" in r:
@@ -88,7 +90,9 @@ def merge(
                 # a server that never came up has no runs, yet its failure is the finding
                 if not _keep(str(r.get("server")), labels):
                     continue
-            elif r.get("server") not in kept_servers:
+            elif r.get("server") not in kept_servers and (labels or r.get("server") in ran):
+                # a server with no run at all was started for its KV pool alone
+                # (``--reps-of eagle=0``): its record is the figure, kept unless filtered out
                 continue
             if pending is not None:
                 lines.append(json.dumps(pending))

@@ -164,6 +164,30 @@ def test_a_merge_keeps_the_shapes_servers_record(tmp_path: Path) -> None:
     assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
 
 
+def test_a_merge_keeps_a_server_started_for_its_kv_pool_alone(tmp_path: Path) -> None:
+    """A stock server started with no run (``--reps-of eagle=0``: its KV pool is the figure)
+    keeps its record through a merge without labels, so the merged summary still compares
+    the specfsm server's pool with it; a label filter that leaves it out drops it."""
+    import json
+
+    import merge
+
+    a = tmp_path / "a"
+    _source(a, [("nospec", 0, 100.0), ("specfsm_goodput", 0, 99.0)], "A")
+    recs = [json.loads(x) for x in (a / "runs.jsonl").read_text().splitlines()]
+    recs.insert(1, {"server": "eagle", "start_s": 1.0, "kv_tokens": 100})
+    (a / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    merge.merge([(a, 0, set())], tmp_path / "out", ["m"])
+    lines = summary.summarize(
+        tmp_path / "out" / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
+    )
+    assert "serve_kv_tokens[eagle]: 100" in "\n".join(lines)
+    assert any(x.startswith("serve_kv_tokens_vs_stock_server: 1.000") for x in lines)
+    merge.merge([(a, 0, {"nospec"})], tmp_path / "out2", ["m"])
+    kept = (tmp_path / "out2" / "runs.jsonl").read_text()
+    assert '"server": "eagle"' not in kept
+
+
 def test_phase_pins_from_arguments_and_from_static_runs(tmp_path: Path) -> None:
     """The phases variant's pins: given per trace, or the better static server's mode per
     phase from runs already recorded; a clear error where neither gives them."""
