@@ -27,6 +27,13 @@ class StartRefused(ConfigError):
         return refusal_line(self)
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is the device running out of memory: torch's own error, or SGLang's graph
+    capture re-raising it as a plain Exception ("Capture cuda graph failed: CUDA out of
+    memory"). Read by name and text, so that this module imports no torch."""
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
 def refusal_line(exc: ConfigError) -> str:
     return f"specfsm: refusing to start: {exc.key}: {exc.reason}"
 

@@ -15,7 +15,9 @@
 - PLAIN's own decode state and lag buffer (``plain: "zero_tax"``, `plain.ZeroTaxPlain`).
 
 A state that does not fit, or that SGLang fails to build, refuses the start-up in one line
-(`ConfigError` naming the shape). Attaching a state is the mode actions' job (`actions`).
+(`ConfigError` naming the shape, or ``plain`` for DRAINING's state and PLAIN's graph, with the
+free memory before it and what to change) instead of SGLang's capture traceback. Attaching a
+state is the mode actions' job (`actions`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, graph_sizes, relay
-from specfsm_sglang.refusal import ConfigError
+from specfsm_sglang.refusal import ConfigError, out_of_memory
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import engine_shapes
 
@@ -61,11 +63,22 @@ class EngineStates:
         #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
         self.graph_bs = graph_sizes.server_sizes(worker)
         t0 = time.perf_counter()
-        with compat.shared_attention_workspace(worker):
-            # at the server's own sizes: SGLang's override left unset as at launch
-            self.plain_state = worker.build_adaptive_runtime_state(
-                speculative_num_steps=0, speculative_num_draft_tokens=1
-            )
+        free0 = _free_mib()
+        try:
+            with compat.shared_attention_workspace(worker):
+                # at the server's own sizes: SGLang's override left unset as at launch
+                self.plain_state = worker.build_adaptive_runtime_state(
+                    speculative_num_steps=0, speculative_num_draft_tokens=1
+                )
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            raise ConfigError(
+                "plain",
+                f"the 1-wide state DRAINING runs does not fit in device memory ({free0:.0f} "
+                f"MiB were free before building it): lower --mem-fraction-static "
+                f"({str(exc)[:300]})",
+            ) from None
         self.build_plain_s = time.perf_counter() - t0
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
         #: each with its pre-built runtime state (the launch shape's is SGLang's own)
@@ -102,22 +115,37 @@ class EngineStates:
         #: whether SGLang's prefill tail-token write was replaced by a sync-free one (0.5.17)
         self.sync_free_tail = compat.sync_free_prefill_tail()
         #: PLAIN's own decode state and lag buffer (config plain="zero_tax"), or None (warm)
-        self.zero_tax: ZeroTaxPlain | None = None
-        if cfg.plain == "zero_tax":
-            from specfsm_sglang.plain import ZeroTaxPlain
+        self.zero_tax: ZeroTaxPlain | None = (
+            self._build_zero_tax(cfg) if cfg.plain == "zero_tax" else None
+        )
 
-            self.zero_tax = ZeroTaxPlain(
-                worker, cfg.lag_tokens, cfg.catchup_tokens, cfg.defer_prefill_tokens
+    def _build_zero_tax(self, cfg: Config) -> ZeroTaxPlain:
+        """PLAIN's decode state and lag buffer, built last; a graph that does not fit in what
+        the states before it left refuses the start-up with those states' sizes (ConfigError)."""
+        from specfsm_sglang.plain import ZeroTaxPlain
+
+        free0 = _free_mib()
+        try:
+            return ZeroTaxPlain(
+                self.worker, cfg.lag_tokens, cfg.catchup_tokens, cfg.defer_prefill_tokens
             )
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            raise ConfigError(
+                "plain",
+                f"zero-tax PLAIN's target decode graph does not fit in device memory "
+                f"({free0:.0f} MiB were free before building it; extra shapes' states: "
+                f"{self.shape_builds or 'none'}): lower --mem-fraction-static, drop "
+                'shapes or cap their graphs (shape_graph_max_bs), or set plain "warm" '
+                f"({str(exc)[:300]})",
+            ) from None
 
     def _build_shape_state(self, shape: DraftShape) -> Any:
         """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA
         graphs, `build_adaptive_runtime_state`), its time and device memory recorded; a shape
         that does not fit refuses the start-up with the reason (ConfigError)."""
-        import torch
-
-        cuda = torch.cuda.is_available()
-        free0 = torch.cuda.mem_get_info()[0] if cuda else 0
+        free0 = _free_mib()
         t0 = time.perf_counter()
         try:
             with (
@@ -131,13 +159,11 @@ class EngineStates:
                     speculative_num_draft_tokens=shape.draft_tokens,
                 )
         except Exception as exc:
-            # SGLang's graph capture re-raises an out-of-memory error as a plain Exception
-            # ("Capture cuda graph failed: CUDA out of memory"): both are the same refusal
-            if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+            if out_of_memory(exc):
                 raise ConfigError(
                     "shapes",
                     f"the runtime state of {shape.label()} does not fit in device memory "
-                    f"({free0 / 2**20:.0f} MiB were free before building it; states built so "
+                    f"({free0:.0f} MiB were free before building it; states built so "
                     f"far: {self.shape_builds}): drop shapes, cap their graphs "
                     "(shape_graph_max_bs) or lower --mem-fraction-static "
                     f"({str(exc)[:300]})",
@@ -149,7 +175,7 @@ class EngineStates:
                 f"building the runtime state of {shape.label()} failed: "
                 f"{type(exc).__name__}: {exc}"[:600],
             ) from exc
-        used = (free0 - torch.cuda.mem_get_info()[0]) if cuda else 0
+        used = free0 - _free_mib() if free0 else 0.0
         graph_max = graph_sizes.captured_max(state)
         cap = self.shape_graph_max_bs
         if cap is not None and graph_max is not None and graph_max > cap:
@@ -160,7 +186,7 @@ class EngineStates:
             )
         self.shape_builds[shape.label()] = {
             "build_s": round(time.perf_counter() - t0, 3),
-            "device_mib": round(used / 2**20, 1),
+            "device_mib": round(used, 1),
             **({"graph_max_bs": graph_max} if graph_max is not None else {}),
         }
         return state
@@ -189,3 +215,10 @@ class EngineStates:
             if st is state:
                 return shape.topk
         return self.topk
+
+
+def _free_mib() -> float:
+    """Free device memory in MiB (0 where CUDA is not available: the CPU bed)."""
+    import torch
+
+    return torch.cuda.mem_get_info()[0] / 2**20 if torch.cuda.is_available() else 0.0

@@ -99,6 +99,37 @@ def test_an_out_of_memory_graph_capture_refuses_as_a_shape_that_does_not_fit() -
     assert "lower --mem-fraction-static" in text and "chain1" in text and "188 MiB" in text
 
 
+def test_a_plain_graph_that_does_not_fit_refuses_with_the_states_before_it() -> None:
+    """Zero-tax PLAIN's target decode graph is built after the extra shapes' states; when it
+    does not fit (the chain-7 shapes example on an 80 GiB card at --mem-fraction-static 0.8),
+    the start-up is refused in one line that gives the shapes' sizes and the levers, not
+    SGLang's capture traceback. Any other error is SGLang's own and passes through."""
+    import torch
+    from specfsm_sglang.config import ConfigError
+    from specfsm_sglang.runtime_states import EngineStates
+
+    def backend(init_new_workspace: bool = False) -> object:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+
+    fake = _states(None, shape_builds={"chain3": {"build_s": 2.1, "device_mib": 952.0}})
+    runner = fake.worker._target_worker.model_runner
+    runner.device, runner.init_new_workspace = "cpu", False
+    runner._get_attention_backend = backend
+    cfg = SimpleNamespace(lag_tokens=64, catchup_tokens=0, defer_prefill_tokens=0)
+    with pytest.raises(ConfigError) as exc:
+        EngineStates._build_zero_tax(fake, cfg)  # type: ignore[arg-type]
+    text = str(exc.value)
+    assert text.startswith("plain: zero-tax PLAIN's target decode graph does not fit")
+    assert "chain3" in text and "shape_graph_max_bs" in text and "64.00 MiB" in text
+
+    def broken(init_new_workspace: bool = False) -> object:
+        raise KeyError("attention backend")
+
+    runner._get_attention_backend = broken
+    with pytest.raises(KeyError):
+        EngineStates._build_zero_tax(fake, cfg)  # type: ignore[arg-type]
+
+
 def test_shape_states_share_the_attention_workspace() -> None:
     """Inside `shared_attention_workspace` the target runner's backends are built on SGLang's
     process-wide workspace whatever the caller asks (SGLang's state builder asks for a new one,
