@@ -60,3 +60,43 @@ def test_with_the_launch_warm_up_learned_it_stayed_in_plain() -> None:
         cal.observe("spec", shape, 1, factor)
     cal.observe("spec", DraftShape.chain(3), 28, 1.784)
     assert _first_load_low(pol) is None
+
+
+def _prefill(it: int, bs: int, tokens: int) -> Observation:
+    return Observation(iteration=it, decode_bs=bs, running=bs, prefill_tokens=tokens)
+
+
+def _decode(it: int, bs: int, ms: float) -> Observation:
+    return Observation(
+        iteration=it, decode_bs=bs, running=bs, step_ms=ms, step_bs=bs, step_kind="plain"
+    )
+
+
+def test_a_burst_of_prefills_keeps_the_shapes_example_in_plain() -> None:
+    """The example prices speculation on the GPU time prefills leave to decode (the prefill
+    pressure, with the queue priced), as the serving benchmark's goodput configuration does.
+    Without it, served on an H100 (2026-12-05) at a burst's height, it went from PLAIN to
+    SPECULATING at 256 requests on a decode price alone ("chain3 13942 > plain 10494 tok/s")
+    while the burst's prefills held the GPU."""
+    pol = _policy()
+    assert pol.params.prefill_ms_per_token > 0.0 and pol.params.price_queued > 0.0
+    bs = next(
+        b
+        for b in range(64, 0, -1)
+        if 1.03 < max(v for k, v in pol.predict_shapes(b).items() if k) / pol.predict(b)[0] < 1.15
+    )
+    ms = pol.predicted_ms(bs)
+    got = []
+    for i in range(1, 201, 2):
+        got.append(pol.decide(Mode.PLAIN, _prefill(i, bs, 1300)))
+        got.append(pol.decide(Mode.PLAIN, _decode(i + 1, bs, ms)))
+    assert all(v is None for v in got), pol.last_reason
+    assert pol.est.share > 0.5
+    # the burst over, decodes alone bring speculation back
+    v = None
+    for i in range(201, 400):
+        v = pol.decide(Mode.PLAIN, _decode(i, bs, ms))
+        if v is not None:
+            break
+    assert v is not None and v.event is Event.LOAD_LOW, pol.last_reason
+    assert "prefill share" in v.reason
