@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from _prefill_burst import burst, prefill, quiet
 
 from specfsm import Mode, Observation
 from specfsm.fsm.log import obs_fields
@@ -16,10 +17,6 @@ from specfsm.policy.registry import PolicySpecError, make_policy, with_test_poli
 from specfsm.policy.simple import ScriptedPolicy, ThresholdPolicy
 
 GOODPUT = {"name": "goodput", "shape": "chain3", "accept_len": 2.4}
-
-
-def prefill(it: int, bs: int, queued: int = 0, tokens: int = 8192) -> Observation:
-    return Observation(iteration=it, decode_bs=bs, running=bs, queued=queued, prefill_tokens=tokens)
 
 
 def sees(spec: dict[str, object], registry: Mapping[str, PolicyKind] | None = None) -> bool:
@@ -171,19 +168,12 @@ def test_prefill_pressure_keeps_plain_while_arrivals_keep_the_gpu_busy() -> None
     bs = _close_call(pol)
     ms = pol.predicted_ms(bs)
     # a burst: a 1300-token prefill between every two decodes (~30 ms of prefill each)
-    got = []
-    for i in range(1, 201, 2):
-        got.append(pol.decide(Mode.PLAIN, prefill(i, bs, tokens=1300)))
-        got.append(pol.decide(Mode.PLAIN, _decode(i + 1, bs, ms)))
+    got = burst(pol, bs, ms, _decode)
     assert all(v is None for v in got), pol.last_reason
     assert pol.est.share > 0.5
     assert pol.est.pressure_factor() > 1.5
     # the burst ends: decodes alone bring the share down and speculation back
-    v = None
-    for i in range(201, 400):
-        v = pol.decide(Mode.PLAIN, _decode(i, bs, ms))
-        if v is not None:
-            break
+    v = quiet(pol, bs, ms, _decode)
     assert v is not None and v.event is Event.LOAD_LOW, pol.last_reason
     assert "prefill share" in v.reason and pol.est.share < 0.1
 

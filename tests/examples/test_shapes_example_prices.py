@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from _prefill_burst import burst, quiet
+
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
 from specfsm.model.acceptance import DraftShape
@@ -62,10 +64,6 @@ def test_with_the_launch_warm_up_learned_it_stayed_in_plain() -> None:
     assert _first_load_low(pol) is None
 
 
-def _prefill(it: int, bs: int, tokens: int) -> Observation:
-    return Observation(iteration=it, decode_bs=bs, running=bs, prefill_tokens=tokens)
-
-
 def _decode(it: int, bs: int, ms: float) -> Observation:
     return Observation(
         iteration=it, decode_bs=bs, running=bs, step_ms=ms, step_bs=bs, step_kind="plain"
@@ -86,17 +84,10 @@ def test_a_burst_of_prefills_keeps_the_shapes_example_in_plain() -> None:
         if 1.03 < max(v for k, v in pol.predict_shapes(b).items() if k) / pol.predict(b)[0] < 1.15
     )
     ms = pol.predicted_ms(bs)
-    got = []
-    for i in range(1, 201, 2):
-        got.append(pol.decide(Mode.PLAIN, _prefill(i, bs, 1300)))
-        got.append(pol.decide(Mode.PLAIN, _decode(i + 1, bs, ms)))
+    got = burst(pol, bs, ms, _decode)
     assert all(v is None for v in got), pol.last_reason
     assert pol.est.share > 0.5
     # the burst over, decodes alone bring speculation back
-    v = None
-    for i in range(201, 400):
-        v = pol.decide(Mode.PLAIN, _decode(i, bs, ms))
-        if v is not None:
-            break
+    v = quiet(pol, bs, ms, _decode)
     assert v is not None and v.event is Event.LOAD_LOW, pol.last_reason
     assert "prefill share" in v.reason
