@@ -39,33 +39,9 @@ import summary
 import sync_report
 import torch_profile
 import traces
-from launch import shapes_config, shapes_launch
+from launch import CPU_GOODPUT, GPU_GOODPUT, shapes_config, shapes_launch
 from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
 
-# accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4).
-# On the GPU the table has two contexts, so the policy prices each iteration at its mean
-# context (the served requests run at ~1200 tokens) and carries the start-up profile's rows
-# there; the profile measures at 1024-token prompts (a profile at 256, taken flat, priced a
-# chain-3 step at half its served cost: benchmarks/gpu/results/2026-12-02_serving_fixes).
-CPU_GOODPUT = {
-    "name": "goodput",
-    "table": "h200_sglang0517_llama8b",
-    "shape": "chain3",
-    "accept_len": 2.4,
-}
-# A closed-loop step from 16 to 256 requests queues 240 prompts: priced with the queue, the
-# policy goes PLAIN before their prefills (`price_queued`, docs/policies.md).
-GPU_GOODPUT = {
-    **CPU_GOODPUT,
-    "table": "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096",
-    "price_queued": 1.0,
-    # the target's prefill per prompt token, measured 22.9-23.7 us on the H200
-    # (serve_prefill_gpu, benchmarks/gpu/results/2026-12-03_serving): the prefill pressure
-    "prefill_ms_per_token": 0.023,
-    # prices within a few percent swapped the mode 0.2-3.2 s apart at 16 requests on heavy
-    # (2026-12-04_serving): a quick reversal doubles the margin (docs/policies.md "Reversals")
-    "reversal_window": 256,
-}
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 MIRRORED = (
     "requests", "iters", "prefill", "specfsm", "metrics", "logs", "sync", "torch_profile", "host"

@@ -6,7 +6,9 @@
 - `shapes_launch`: a ``specfsm_shapes`` server's, its config's policy ``shape`` (`CHAIN7`, the
   example's, when it names none);
 - `shapes_example`: ``examples/gpu_server/specfsm_shapes.json`` as shipped, with the keys
-  ``--shapes-set`` sets; `shapes_config`: that, with the run's log and profile paths.
+  ``--shapes-set`` sets; `shapes_config`: that, with the run's log and profile paths;
+- `CPU_GOODPUT`, `GPU_GOODPUT`: the ``specfsm`` server's goodput policy on each bed (what
+  ``--goodput`` defaults to, and what the simulator serves for it).
 
 Standard library only.
 """
@@ -19,6 +21,31 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES_EXAMPLE = ROOT / "examples" / "gpu_server" / "specfsm_shapes.json"
+
+# accept_len: the prior before the policy has measured (the agreeing `mid` draft accepts ~2.4).
+# On the GPU the table has two contexts, so the policy prices each iteration at its mean
+# context (the served requests run at ~1200 tokens) and carries the start-up profile's rows
+# there; the profile measures at 1024-token prompts (a profile at 256, taken flat, priced a
+# chain-3 step at half its served cost: benchmarks/gpu/results/2026-12-02_serving_fixes).
+CPU_GOODPUT: dict[str, Any] = {
+    "name": "goodput",
+    "table": "h200_sglang0517_llama8b",
+    "shape": "chain3",
+    "accept_len": 2.4,
+}
+# A closed-loop step from 16 to 256 requests queues 240 prompts: priced with the queue, the
+# policy goes PLAIN before their prefills (`price_queued`, docs/policies.md).
+GPU_GOODPUT: dict[str, Any] = {
+    **CPU_GOODPUT,
+    "table": "h200_sglang0517_llama8b+h200_sglang0517_llama8b_ctx4096",
+    "price_queued": 1.0,
+    # the target's prefill per prompt token, measured 22.9-23.7 us on the H200
+    # (serve_prefill_gpu, benchmarks/gpu/results/2026-12-03_serving): the prefill pressure
+    "prefill_ms_per_token": 0.023,
+    # prices within a few percent swapped the mode 0.2-3.2 s apart at 16 requests on heavy
+    # (2026-12-04_serving): a quick reversal doubles the margin (docs/policies.md "Reversals")
+    "reversal_window": 256,
+}
 
 CHAIN = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 #: the launch of ``specfsm_shapes`` when its config names none: the example's chain 7

@@ -45,9 +45,9 @@ What this module adds, and where each constant comes from:
   ``defer_prefill_tokens``, on by default, defers the draft's prefill while PLAIN);
   ``specfsm_plain_nodraft`` the same (the harness variant that skipped the draft's prefill
   before the adapter deferred it); ``specfsm_goodput`` the served policy through the real
-  FSM (`goodput_from_args` of the server's {"table", "shape": "chain3", "accept_len"}, zero-tax
-  PLAIN deferring the draft's prefill as the adapter does; the served one also had a start-up
-  profile this machine does not have);
+  FSM (the GPU bed's `launch.GPU_GOODPUT` on this table; zero-tax PLAIN
+  deferring the draft's prefill, and every prefill shown to the policy before it runs, as the
+  adapter does, for every specfsm server here; the served one also had a start-up profile);
   ``specfsm_example`` the FSM with the policy of ``examples/gpu_server/specfsm.json`` (its
   thresholds as committed now: a run measured with other thresholds is not what it predicts);
   ``specfsm_shapes`` the FSM with the goodput policy of ``examples/gpu_server/specfsm_shapes.json``
@@ -74,9 +74,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from specfsm.fsm.decision import Policy
 from specfsm.model.acceptance import DraftShape, alpha_from_accept_length, parse_shape
 from specfsm.model.costs import CostModel, CostTable, load_table
-from specfsm.policy.goodput.args import goodput_from_args
 from specfsm.policy.registry import make_policy
 from specfsm.sim.baselines import PLAIN_STATE_NAME, StaticController, no_draft_server
 from specfsm.sim.fsm_controller import FSMController
@@ -155,6 +155,12 @@ class _PrefillAt(CostModel):
         self.prefill_ms_per_token_draft = draft_us / 1000.0
 
 
+def _served(name: str, policy: Policy, shape: DraftShape) -> FSMController:
+    """A specfsm server's policy through the real FSM, as the adapter serves it: the draft's
+    prefill deferred while PLAIN, each prefill shown to the policy before it runs."""
+    return FSMController(name, policy, shape, lazy_draft_prefill=True, prefill_observations=True)
+
+
 def _controller(
     server: str, table: str, accept_len: float, shapes_set: Mapping[str, Any] | None = None
 ) -> Controller:
@@ -167,17 +173,17 @@ def _controller(
         ctl.lazy_draft_prefill = True  # the adapter defers the draft's prefill while PLAIN
         return ctl
     if server == "specfsm_goodput":
-        policy = goodput_from_args({"table": table, "shape": "chain3", "accept_len": accept_len})
-        return FSMController("specfsm-goodput", policy, SHAPE, lazy_draft_prefill=True)
+        spec = {**bench_launch.GPU_GOODPUT, "table": table, "accept_len": accept_len}
+        return _served("specfsm-goodput", make_policy(spec), SHAPE)
     if server == "specfsm_example":
         spec = json.loads(EXAMPLE.read_text())["policy"]
-        return FSMController("specfsm-example", make_policy(spec), SHAPE, lazy_draft_prefill=True)
+        return _served("specfsm-example", make_policy(spec), SHAPE)
     if server == "specfsm_shapes":
         # the example as shipped with the keys the driver's --shapes-set set, launched at its
         # policy's shape as the benchmark launches it (launch.shapes_launch)
         spec = bench_launch.shapes_example(dict(shapes_set or {}))["policy"]
         launch = parse_shape(spec["shape"]) if "shape" in spec else SHAPES_LAUNCH
-        return FSMController("specfsm-shapes", make_policy(spec), launch, lazy_draft_prefill=True)
+        return _served("specfsm-shapes", make_policy(spec), launch)
     if server == "adaptive":
         return SGLangAdaptiveController(
             SGLANG_0517_ADAPTIVE, max_bs=MAX_RUNNING, shape=SHAPE, graph_bs=GPU_GRAPH_BS

@@ -120,6 +120,10 @@ class _Arrivals:
             t += RATE_STEP_S
         return t + e / max(self.load.level(t), 1e-9)
 
+    def waiting(self) -> int:
+        """Arrived requests not yet admitted (open loop; 0 for a closed loop)."""
+        return len(self.queue) - self.qhead
+
     def idle_until(self, t: float, end_t: float) -> float:
         """Nothing runs at `t`: the time to jump to (the next arrival, open loop)."""
         return min(self.next_arrival, end_t) if self.load.kind == "poisson" else t + 0.001
@@ -390,10 +394,13 @@ def run(
             continue
         slots, prompts = reqs.admit(new)
         mean_ctx = reqs.mean_ctx(bs)
+        prefill_tokens = int(prompts.sum()) if new else 0
+        if prefill_tokens and controller.wants_prefills:
+            # SGLang's prefill forward runs before the decode: its observation comes first
+            controller.observe_prefill(it, bs, len(new), prefill_tokens, arrivals.waiting())
         plan = controller.plan(it, bs, len(new), accept_lens if is_fsm else (), mean_ctx)
         # prefill: through the draft too unless this PLAIN iteration leaves it cold (lazy)
         with_draft = controller.has_draft and not (lazy and plan.kind in (NO_DRAFT, ZERO_TAX))
-        prefill_tokens = int(prompts.sum()) if new else 0
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
         if new and not with_draft and controller.has_draft:
             reqs.lag[slots] = prompts

@@ -55,6 +55,13 @@ class FSMController(Controller):
     ``accept_lens`` are) and the previous iteration's measured step (``step_ms``, ``step_bs``,
     ``step_shape``, ``step_kind`` from `observe_step`: "spec", "plain" for a zero-tax or plain
     decode step, "warm", "resync").
+
+    `prefill_observations`: before an iteration that prefills, the policy also gets the
+    adapter's prefill observation (its prompt tokens, the batch it brings, the queue), for a
+    policy that sees prefills (its prefill pressure and prefill debounce read them); a LOAD_HIGH
+    there drains at once, as the adapter's does with no K-wide batch in flight. Off by default:
+    without it a policy decides on the decode observations alone. Observations are numbered
+    in the order the policy gets them.
     """
 
     def __init__(
@@ -66,8 +73,14 @@ class FSMController(Controller):
         plain: str = PLAIN_ZERO_TAX,
         lazy_draft_prefill: bool = False,
         shapes: Sequence[DraftShape] | None = None,
+        prefill_observations: bool = False,
     ) -> None:
         self.name = name
+        self.wants_prefills = prefill_observations and bool(
+            getattr(policy, "sees_prefills", False)
+        )
+        self._extra = 0  # observations besides the engine's iterations (prefills)
+        self._mean_ctx = 0  # the last decode observation's (a prefill observation's too)
         self.policy = policy
         self.shape = shape
         self.plain = check_plain_variant(plain)
@@ -95,8 +108,9 @@ class FSMController(Controller):
         self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
     ) -> Plan:
         machine = self.machine
+        self._mean_ctx = mean_ctx
         obs = Observation(
-            iteration=it,
+            iteration=it + self._extra,
             decode_bs=bs,
             running=bs + n_prefill,
             accept_lens=accept_lens,
@@ -124,6 +138,22 @@ class FSMController(Controller):
             return self._resync_plan
         return self._plain_plan
 
+    def observe_prefill(self, it: int, bs: int, n_new: int, tokens: int, queued: int) -> None:
+        machine = self.machine
+        obs = Observation(
+            iteration=it + self._extra,
+            decode_bs=bs + n_new,
+            running=bs,
+            queued=queued,
+            mean_ctx=self._mean_ctx,
+            shape=machine.shape,
+            prefill_tokens=tokens,
+        )
+        self._extra += 1
+        machine.step(obs)
+        if machine.mode is Mode.DRAINING:
+            self.machine.process_event(Event.DRAINED, None, "no K-wide batch in flight")
+
     def observe_step(self, plan: Plan, bs: int, ms: float) -> None:
         self._step_ms = ms if bs > 0 else 0.0
         self._step_bs = bs
@@ -143,5 +173,6 @@ class FSMController(Controller):
             "shapes": [x.label() for x in self.shapes],
             "plain": self.plain,
             "lazy_draft_prefill": self.lazy_draft_prefill,
+            "prefill_observations": self.wants_prefills,
             **self.policy.describe(),
         }

@@ -51,6 +51,8 @@ class Controller:
     has_draft = True
     #: PLAIN iterations prefill new requests through the target only (prompt joins the lag).
     lazy_draft_prefill = False
+    #: the engine calls `observe_prefill` before an iteration that prefills
+    wants_prefills = False
 
     def plan(
         self, it: int, bs: int, n_prefill: int, accept_lens: tuple[int, ...], mean_ctx: int = 0
@@ -59,6 +61,10 @@ class Controller:
 
     def after(self, plan: Plan) -> None:
         """Called after the iteration ran (the engine's completion events)."""
+
+    def observe_prefill(self, it: int, bs: int, n_new: int, tokens: int, queued: int) -> None:
+        """Iteration `it` prefills `n_new` requests of `tokens` prompt tokens beside `bs`
+        decoding ones, `queued` more waiting (called before `plan`, when `wants_prefills`)."""
 
     def feed(self, shape: DraftShape, accept_lens_mean: float, bs: int) -> None:
         """Verify results of a SPEC iteration (mean accept length incl. bonus)."""
