@@ -76,9 +76,7 @@ class FSMController(Controller):
         prefill_observations: bool = False,
     ) -> None:
         self.name = name
-        self.wants_prefills = prefill_observations and bool(
-            getattr(policy, "sees_prefills", False)
-        )
+        self.wants_prefills = prefill_observations and bool(getattr(policy, "sees_prefills", False))
         self._extra = 0  # observations besides the engine's iterations (prefills)
         self._mean_ctx = 0  # the last decode observation's (a prefill observation's too)
         self.policy = policy
