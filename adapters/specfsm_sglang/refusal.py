@@ -7,7 +7,9 @@ raises `ConfigError` ``<key>: <reason>``; at start-up it is printed to stderr as
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 
@@ -32,6 +34,18 @@ def out_of_memory(exc: BaseException) -> bool:
     capture re-raising it as a plain Exception ("Capture cuda graph failed: CUDA out of
     memory"). Read by name and text, so that this module imports no torch."""
     return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+@contextlib.contextmanager
+def refuse_out_of_memory(key: str, reason: str) -> Iterator[None]:
+    """Run the block; the device running out of memory in it refuses as ``<key>: <reason>
+    (<the error's text>)``, any other error passes through."""
+    try:
+        yield
+    except Exception as exc:
+        if not out_of_memory(exc):
+            raise
+        raise ConfigError(key, f"{reason} ({str(exc)[:300]})") from None
 
 
 def refusal_line(exc: ConfigError) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, graph_sizes, relay
-from specfsm_sglang.refusal import ConfigError, out_of_memory
+from specfsm_sglang.refusal import ConfigError, out_of_memory, refuse_out_of_memory
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import engine_shapes
 
@@ -63,22 +63,18 @@ class EngineStates:
         #: the decode CUDA-graph batch sizes every state is captured for (None: graphs off)
         self.graph_bs = graph_sizes.server_sizes(worker)
         t0 = time.perf_counter()
-        free0 = _free_mib()
-        try:
-            with compat.shared_attention_workspace(worker):
-                # at the server's own sizes: SGLang's override left unset as at launch
-                self.plain_state = worker.build_adaptive_runtime_state(
-                    speculative_num_steps=0, speculative_num_draft_tokens=1
-                )
-        except Exception as exc:
-            if not out_of_memory(exc):
-                raise
-            raise ConfigError(
-                "plain",
-                f"the 1-wide state DRAINING runs does not fit in device memory ({free0:.0f} "
-                f"MiB were free before building it): lower --mem-fraction-static "
-                f"({str(exc)[:300]})",
-            ) from None
+        no_fit = (
+            f"the 1-wide state DRAINING runs does not fit in device memory ({_free_mib():.0f} "
+            "MiB were free before building it): lower --mem-fraction-static"
+        )
+        with (
+            refuse_out_of_memory("plain", no_fit),
+            compat.shared_attention_workspace(worker),
+        ):
+            # at the server's own sizes: SGLang's override left unset as at launch
+            self.plain_state = worker.build_adaptive_runtime_state(
+                speculative_num_steps=0, speculative_num_draft_tokens=1
+            )
         self.build_plain_s = time.perf_counter() - t0
         #: the draft shape SGLang launched with, and every shape SPECULATING may RESHAPE to,
         #: each with its pre-built runtime state (the launch shape's is SGLang's own)
@@ -124,22 +120,16 @@ class EngineStates:
         the states before it left refuses the start-up with those states' sizes (ConfigError)."""
         from specfsm_sglang.plain import ZeroTaxPlain
 
-        free0 = _free_mib()
-        try:
+        no_fit = (
+            f"zero-tax PLAIN's target decode graph does not fit in device memory "
+            f"({_free_mib():.0f} MiB were free before building it; extra shapes' states: "
+            f"{self.shape_builds or 'none'}): lower --mem-fraction-static, drop "
+            'shapes or cap their graphs (shape_graph_max_bs), or set plain "warm"'
+        )
+        with refuse_out_of_memory("plain", no_fit):
             return ZeroTaxPlain(
                 self.worker, cfg.lag_tokens, cfg.catchup_tokens, cfg.defer_prefill_tokens
             )
-        except Exception as exc:
-            if not out_of_memory(exc):
-                raise
-            raise ConfigError(
-                "plain",
-                f"zero-tax PLAIN's target decode graph does not fit in device memory "
-                f"({free0:.0f} MiB were free before building it; extra shapes' states: "
-                f"{self.shape_builds or 'none'}): lower --mem-fraction-static, drop "
-                'shapes or cap their graphs (shape_graph_max_bs), or set plain "warm" '
-                f"({str(exc)[:300]})",
-            ) from None
 
     def _build_shape_state(self, shape: DraftShape) -> Any:
         """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA

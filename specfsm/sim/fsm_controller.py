@@ -150,7 +150,7 @@ class FSMController(Controller):
         self._extra += 1
         machine.step(obs)
         if machine.mode is Mode.DRAINING:
-            self.machine.process_event(Event.DRAINED, None, "no K-wide batch in flight")
+            machine.process_event(Event.DRAINED, None, "no K-wide batch in flight")
 
     def observe_step(self, plan: Plan, bs: int, ms: float) -> None:
         self._step_ms = ms if bs > 0 else 0.0
