@@ -49,6 +49,10 @@ def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
     cfg = launch.shapes_config(Path("/x"))
     shipped = json.loads(launch.SHAPES_EXAMPLE.read_text())
     assert cfg["policy"] == shipped["policy"] and cfg["shapes"] == shipped["shapes"]
+    # the example prices serving as the served goodput configuration does: a key changed in
+    # one and not the other would serve two different policies under one name
+    for key in ("table", "price_queued", "prefill_ms_per_token", "reversal_window"):
+        assert shipped["policy"][key] == launch.GPU_GOODPUT[key], key
     assert cfg["log"] == "/x/transitions-rank{rank}.jsonl" and "control_file" not in cfg
     # the shipped start-up profile, its rows kept beside the log (not the specfsm server's file)
     assert cfg["profile"] == {**shipped["profile"], "save": "/x/profile_shapes-{rank}.csv"}
