@@ -10,7 +10,9 @@ plus the plugin, its variants ``goodput`` / ``plain`` / ``spec`` / ``example`` s
 control file on the one server), ``adaptive`` (SGLang's ``--speculative-adaptive``); see
 benchmarks/serving/servers.py. Traces: ``light``, ``heavy``, ``bursty``, ``day``
 (benchmarks/serving/traces.py). Each server runs every trace (and each specfsm variant)
-``--reps`` times, repetitions interleaved over traces and variants. Written as it goes into
+``--reps`` times, repetitions interleaved over traces and variants; ``--bracket SERVER`` runs
+that server's repetitions half before the others and half after them (two starts), so a card
+that drifts over the driver's run tilts no ratio to it one way. Written as it goes into
 ``--out``: ``runs.jsonl`` (one record per run, as it finishes), the server logs, specfsm's
 transition log, the per-iteration traces; at the end ``serving_summary.txt`` (``name[trace]:
 value`` lines, each with its repetitions and spread). A server that fails to start or dies is
@@ -68,7 +70,13 @@ def fsm_config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def run_server(
-    name: str, args: argparse.Namespace, bed: Bed, tr: dict[str, traces.Trace], out: Path, log: Any
+    name: str,
+    args: argparse.Namespace,
+    bed: Bed,
+    tr: dict[str, traces.Trace],
+    out: Path,
+    log: Any,
+    reps: range,
 ) -> None:
     cfg = None
     if name == "specfsm":
@@ -81,7 +89,10 @@ def run_server(
     bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
     bed.env["SPECFSM_PREFILL_TIMING"] = str(pf_dir) if args.iter_trace and args.bed == "gpu" else ""
     bed.env["SPECFSM_SYNC_DEBUG"] = str(out / "sync" / "flag") if args.sync_debug else ""
-    say(f"{name}: starting ({' '.join(srv.argv()[3:])})")
+    which = ""
+    if name == args.bracket:  # started twice: which half of its repetitions this start runs
+        which = f" for repetitions {args.rep_base + reps.start}-{args.rep_base + reps.stop - 1}"
+    say(f"{name}: starting{which} ({' '.join(srv.argv()[3:])})")
     try:
         srv.start(args.start_timeout, say)
     except RuntimeError as exc:
@@ -110,7 +121,7 @@ def run_server(
             say(f"{name}: warm-up pass of {first.name} done")
         if args.freeze_gc:
             say(f"{name}: /freeze_gc: {srv.freeze_gc()}")
-        for rep in range(args.reps):
+        for rep in reps:
             for trace in tr.values():
                 for var in variants:
                     if rep >= reps_of(var or name, trace.name):
@@ -261,7 +272,8 @@ def main() -> int:
     args.sync_of = {x for x in args.sync_of.split(",") if x}
     if args.quick:
         args.traces = "light,heavy" if args.traces == ap.get_default("traces") else args.traces
-        args.reps = 1 if args.reps == ap.get_default("reps") else args.reps
+    if args.reps is None:  # an explicit --reps holds under --quick too
+        args.reps = 1 if args.quick else 2
     phase_s = args.phase_s or (3.0 if gpu else 4.0 if args.quick else 8.0)
     args.procs = args.procs or (4 if gpu else 1)
     args.goodput = args.goodput or json.dumps(GPU_GOODPUT if gpu else CPU_GOODPUT)
@@ -292,6 +304,9 @@ def main() -> int:
             raise ValueError(f"--shapes-set: {exc}") from None
         args.phase_pins = phase_pins.parse(args.phase_pins)
         args.repetitions = traces.repetitions(args.reps_of, args.reps)
+        args.order = traces.server_order(
+            [s for s in args.servers.split(",") if s], args.bracket, args.reps
+        )
     except ValueError as e:
         ap.error(str(e))
     if args.vocab:
@@ -334,8 +349,8 @@ def main() -> int:
                 if args.url:
                     run_url(args, tr, out, log)
                 else:
-                    for name in [s for s in args.servers.split(",") if s]:
-                        run_server(name, args, bed, tr, out, log)
+                    for name, reps in args.order:
+                        run_server(name, args, bed, tr, out, log, reps)
         finally:
             if probe is not None:
                 host_probe.stop(probe)

@@ -13,11 +13,18 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--servers", default="nospec,eagle,specfsm")
     ap.add_argument("--variants", default="goodput,plain,spec,example")
     ap.add_argument("--traces", default="light,heavy,bursty,day")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=None, help="repetitions (default 2; --quick 1)")
     ap.add_argument(
         "--reps-of",
         default="",
         help="fewer repetitions for a server / variant, or one of its traces: spec=1,plain@day=0",
+    )
+    ap.add_argument(
+        "--bracket",
+        default="",
+        help="a server whose repetitions run in two halves, before and after the other "
+        "servers (started twice): a drift of the card over the driver falls on both sides of "
+        "the ratios to it",
     )
     ap.add_argument("--phase-s", type=float, default=None, help="seconds per phase")
     ap.add_argument("--procs", type=int, default=None, help="client processes")

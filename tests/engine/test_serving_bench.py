@@ -120,3 +120,32 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
     lines = (out / "serving_summary.txt").read_text().splitlines()
     assert _value(lines, "serve_tok_s[light][nospec]").count(",") == 1  # "(reps a, b; ...)"
     assert _value(lines, "serve_greedy_mismatches") == "0", lines
+
+
+def test_bracketed_server_started_twice(tmp_path: Path) -> None:
+    """``--bracket``: the server's repetitions split over two starts, both recorded, both
+    summarized as one server, its log kept whole (appended, not overwritten)."""
+    import json
+
+    out = tmp_path / "serving"
+    argv = ["--bed", "cpu", "--quick", "--traces", "light", "--servers", "nospec", "--reps", "2"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *argv, "--bracket", "nospec", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=SCRIPT.parents[1],
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "nospec: starting for repetitions 0-0" in proc.stdout, proc.stdout[-3000:]
+    assert "nospec: starting for repetitions 1-1" in proc.stdout, proc.stdout[-3000:]
+    recs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    starts = [r for r in recs if r.get("server") == "nospec" and "kv_tokens" in r]
+    runs = [r["rep"] for r in recs if r.get("server") == "nospec" and "trace" in r]
+    assert len(starts) == 2 and runs == [0, 1], recs
+    log = (out / "logs" / "server_nospec.log").read_text()
+    assert log.count("server_args=") == 2
+    lines = (out / "serving_summary.txt").read_text().splitlines()
+    assert _value(lines, "serve_lost_requests") == "0", lines
+    assert _value(lines, "serve_servers_failed") == "0", lines
+    assert "(reps " in _value(lines, "serve_tok_s[light][nospec]"), lines

@@ -244,6 +244,25 @@ def test_repetitions_per_server_and_per_trace() -> None:
             traces.repetitions(bad, 2)
 
 
+def test_bracketed_server_runs_before_and_after_the_others() -> None:
+    """``--bracket nospec``: the no-spec server's first half of the repetitions before the
+    others, the rest after them; without it each server runs all of its repetitions once."""
+    servers = ["nospec", "specfsm", "specfsm_shapes"]
+    assert traces.server_order(servers, "", 4) == [(s, range(4)) for s in servers]
+    assert traces.server_order(servers, "nospec", 4) == [
+        ("nospec", range(2)),
+        ("specfsm", range(4)),
+        ("specfsm_shapes", range(4)),
+        ("nospec", range(2, 4)),
+    ]
+    assert traces.server_order(servers, "specfsm", 3)[0] == ("specfsm", range(1))
+    assert traces.server_order(servers, "specfsm", 3)[-1] == ("specfsm", range(1, 3))
+    with pytest.raises(ValueError, match="not one of --servers"):
+        traces.server_order(servers, "eagle", 4)
+    with pytest.raises(ValueError, match="--reps 2 or more"):
+        traces.server_order(servers, "nospec", 1)
+
+
 def test_phase_oracle_against_the_tokens_an_open_loop_trace_asks(tmp_path: Path) -> None:
     """On a Poisson trace the summary says what share of the requests' tokens the per-phase
     oracle adds up (a cut request asks for the tokens before its cut)."""
