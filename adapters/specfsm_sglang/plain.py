@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from specfsm_sglang import compat, deferred_prefill, draft_extend
+from specfsm_sglang.device_memory import free_bytes
 from specfsm_sglang.lag import LagBuffer, LagStats, PromptStore, Stored
 
 
@@ -93,7 +94,7 @@ class ZeroTaxPlain:
         self.catchup_tokens = catchup_tokens
         tmr = worker._target_worker.model_runner
         device = tmr.device
-        free0 = _free_bytes(device)
+        free0 = free_bytes(device)
         t0 = time.perf_counter()
         backup = tmr.init_new_workspace
         try:
@@ -103,11 +104,11 @@ class ZeroTaxPlain:
             tmr.init_new_workspace = backup
         self.target_graph_runner = _build_decode_graph(tmr, self.target_attn_backend)
         self.build_s = time.perf_counter() - t0
-        self.graph_bytes = max(0, free0 - _free_bytes(device))
+        self.graph_bytes = max(0, free0 - free_bytes(device))
         width, dtype = target_capture_width(worker)
         slots = int(worker.req_to_token_pool.req_to_token.shape[0])
         need = slots * lag_tokens * LagBuffer.token_bytes(width, dtype)
-        free = _free_bytes(device)
+        free = free_bytes(device)
         if free and need > free // 2:
             from specfsm_sglang.config import ConfigError
 
@@ -423,10 +424,3 @@ def _pool_idx(req: Any) -> int:
     if idx is None:
         raise RuntimeError(f"request {getattr(req, 'rid', '?')} has no req_to_token row")
     return idx
-
-
-def _free_bytes(device: Any) -> int:
-    if str(device).startswith("cuda"):
-        free, _ = torch.cuda.mem_get_info()
-        return int(free)
-    return 0

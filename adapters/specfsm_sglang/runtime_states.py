@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from specfsm.model.acceptance import DraftShape
 from specfsm_sglang import compat, graph_sizes, relay
+from specfsm_sglang.device_memory import free_mib
 from specfsm_sglang.refusal import ConfigError, out_of_memory, refuse_out_of_memory
 from specfsm_sglang.schema import Config
 from specfsm_sglang.server_checks import engine_shapes
@@ -64,7 +65,7 @@ class EngineStates:
         self.graph_bs = graph_sizes.server_sizes(worker)
         t0 = time.perf_counter()
         no_fit = (
-            f"the 1-wide state DRAINING runs does not fit in device memory ({_free_mib():.0f} "
+            f"the 1-wide state DRAINING runs does not fit in device memory ({free_mib():.0f} "
             "MiB were free before building it): lower --mem-fraction-static"
         )
         with (
@@ -122,7 +123,7 @@ class EngineStates:
 
         no_fit = (
             f"zero-tax PLAIN's target decode graph does not fit in device memory "
-            f"({_free_mib():.0f} MiB were free before building it; extra shapes' states: "
+            f"({free_mib():.0f} MiB were free before building it; extra shapes' states: "
             f"{self.shape_builds or 'none'}): lower --mem-fraction-static, drop "
             'shapes or cap their graphs (shape_graph_max_bs), or set plain "warm"'
         )
@@ -135,7 +136,7 @@ class EngineStates:
         """SGLang's runtime state for `shape` (draft / verify / draft-extend backends and CUDA
         graphs, `build_adaptive_runtime_state`), its time and device memory recorded; a shape
         that does not fit refuses the start-up with the reason (ConfigError)."""
-        free0 = _free_mib()
+        free0 = free_mib()
         t0 = time.perf_counter()
         try:
             with (
@@ -165,7 +166,7 @@ class EngineStates:
                 f"building the runtime state of {shape.label()} failed: "
                 f"{type(exc).__name__}: {exc}"[:600],
             ) from exc
-        used = free0 - _free_mib() if free0 else 0.0
+        used = free0 - free_mib() if free0 else 0.0
         graph_max = graph_sizes.captured_max(state)
         cap = self.shape_graph_max_bs
         if cap is not None and graph_max is not None and graph_max > cap:
@@ -205,10 +206,3 @@ class EngineStates:
             if st is state:
                 return shape.topk
         return self.topk
-
-
-def _free_mib() -> float:
-    """Free device memory in MiB (0 where CUDA is not available: the CPU bed)."""
-    import torch
-
-    return torch.cuda.mem_get_info()[0] / 2**20 if torch.cuda.is_available() else 0.0
