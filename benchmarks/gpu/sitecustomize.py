@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 
 _FILE = os.environ.get("SPECFSM_TIMING_FILE")
@@ -162,13 +163,29 @@ class _Finder(importlib.abc.MetaPathFinder):
 # served. The serving benchmark (benchmarks/serving/iters.py) reads the files.
 _ITER = os.environ.get("SPECFSM_ITER_TRACE")
 _ITER_BUF: list = []
+_ITER_LOCK = threading.Lock()
+_ITER_IDLE: list = []  # the pid whose idle flusher runs (a spawned child starts its own)
 
 
 def _iter_flush() -> None:
-    if _ITER_BUF:
-        with open(os.path.join(_ITER, f"iter-{os.getpid()}.jsonl"), "a") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in _ITER_BUF))
-        _ITER_BUF.clear()
+    with _ITER_LOCK:
+        if _ITER_BUF:
+            with open(os.path.join(_ITER, f"iter-{os.getpid()}.jsonl"), "a") as fh:
+                fh.write("".join(json.dumps(r) + "\n" for r in _ITER_BUF))
+            _ITER_BUF.clear()
+
+
+def _iter_idle_flusher() -> None:
+    # a scheduler that goes idle records nothing more, so the buffer would wait for the next
+    # iteration, and a server stopped after its last run (its scheduler killed, no atexit)
+    # would lose that run's last second: written once the scheduler has been quiet a while
+    while True:
+        time.sleep(0.5)
+        try:
+            if _ITER_BUF and time.time() - _ITER_BUF[-1][0] > 0.25:
+                _iter_flush()
+        except Exception as exc:  # a trace must never break the server
+            print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _iter_record(sched, batch, fm) -> None:
@@ -177,19 +194,15 @@ def _iter_record(sched, batch, fm) -> None:
     ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
     running = sched.running_batch.batch_size() if sched.running_batch is not None else 0
     free = sched.token_to_kv_pool_allocator.available_size()
-    _ITER_BUF.append(
-        [
-            round(time.time(), 5),
-            mode,
-            batch.batch_size(),
-            ext,
-            len(sched.waiting_queue),
-            running,
-            int(free),
-        ]
-    )
-    if len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0:
+    row = [round(time.time(), 5), mode, batch.batch_size(), ext, len(sched.waiting_queue)]
+    with _ITER_LOCK:
+        _ITER_BUF.append([*row, running, int(free)])
+        full = len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0
+    if full:
         _iter_flush()
+    if os.getpid() not in _ITER_IDLE:
+        _ITER_IDLE[:] = [os.getpid()]
+        threading.Thread(target=_iter_idle_flusher, name="iter-trace", daemon=True).start()
 
 
 def _run_batch_wrap(cls) -> None:

@@ -129,8 +129,9 @@ def test_bracketed_server_started_twice(tmp_path: Path) -> None:
 
     out = tmp_path / "serving"
     argv = ["--bed", "cpu", "--quick", "--traces", "light", "--servers", "nospec", "--reps", "2"]
+    argv += ["--phase-s", "4", "--bracket", "nospec", "--iter-trace", "--out", str(out)]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv, "--bracket", "nospec", "--out", str(out)],
+        [sys.executable, str(SCRIPT), *argv],
         capture_output=True,
         text=True,
         timeout=600,
@@ -143,6 +144,15 @@ def test_bracketed_server_started_twice(tmp_path: Path) -> None:
     starts = [r for r in recs if r.get("server") == "nospec" and "kv_tokens" in r]
     runs = [r["rep"] for r in recs if r.get("server") == "nospec" and "trace" in r]
     assert len(starts) == 2 and runs == [0, 1], recs
+    # each start's scheduler wrote its iterations to the end of its last run, though it was
+    # stopped right after it (the trace's idle flush, not the next iteration, wrote the tail)
+    ran = [r for r in recs if r.get("server") == "nospec" and "trace" in r]
+    ends = [r["t0"] + 4.0 * len(r["phases"]) + r["drain_s"] for r in ran]
+    files = sorted((out / "iters" / "nospec").glob("iter-*.jsonl"), key=lambda p: p.stat().st_mtime)
+    assert len(files) == 2, files
+    for path, end in zip(files, ends, strict=True):
+        last = json.loads(path.read_text().splitlines()[-1])[0]
+        assert last >= end - 0.3, (path, last, end)
     log = (out / "logs" / "server_nospec.log").read_text()
     assert log.count("server_args=") == 2
     lines = (out / "serving_summary.txt").read_text().splitlines()
