@@ -155,13 +155,14 @@ def run_server(
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
                         (out / "metrics").mkdir(exist_ok=True)
                         (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
-        if args.sync_debug:
+        last = reps.stop == args.reps  # a bracketed server's windows: after its last runs only
+        if args.sync_debug and last:
             for var in variants:
                 label = f"{name}_{var}" if var else name
                 if not args.sync_of or label in args.sync_of:
                     sync_report.window(args, srv, var, label, tr, out, prepare, Server.warm, say)
                     mirror(args, out)
-        if args.torch_profile:  # after the measured runs: torch-profiler windows
+        if args.torch_profile and last:  # after the measured runs: torch-profiler windows
             torch_profile.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")

@@ -169,10 +169,10 @@ def repetitions(spec: str, default: int) -> Callable[[str, str], int]:
 def server_order(servers: list[str], bracket: str, reps: int) -> list[tuple[str, range]]:
     """The servers' starts in order, each with the repetitions it runs. The servers run one
     after another, so a card that drifts over the driver's run (docs/serving.md) tilts every
-    ratio to the first server; ``--bracket``
-    runs the named server's repetitions in two halves, the first before the others and the
-    rest after them, so a steady drift falls on both sides. Raises ValueError when the
-    bracketed server is not among ``servers`` or there are fewer than two repetitions."""
+    ratio to the first server; ``--bracket`` runs the named server's repetitions in two
+    halves, the first before the others and the rest after them, so a steady drift falls on
+    both sides. Raises ValueError when the bracketed server is not among ``servers`` or there
+    are fewer than two repetitions."""
     if not bracket:
         return [(s, range(reps)) for s in servers]
     if bracket not in servers:
