@@ -168,6 +168,10 @@ def run_server(
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
     finally:
+        if args.iter_trace:
+            # the iteration trace's last rows are written once the scheduler has been quiet
+            # for half a second (benchmarks/gpu/sitecustomize.py), and a stop kills it
+            time.sleep(1.0)
         srv.stop()
     text = srv.log_path.read_text(errors="replace")
     leak = "memory leak detected" in text

@@ -179,10 +179,13 @@ def _iter_idle_flusher() -> None:
     # a scheduler that goes idle records nothing more, so the buffer would wait for the next
     # iteration, and a server stopped after its last run (its scheduler killed, no atexit)
     # would lose that run's last second: written once the scheduler has been quiet a while
+    # (within half a second of its last iteration: a driver waits longer before a stop)
     while True:
-        time.sleep(0.5)
+        time.sleep(0.25)
         try:
-            if _ITER_BUF and time.time() - _ITER_BUF[-1][0] > 0.25:
+            with _ITER_LOCK:  # the scheduler thread may be flushing the same buffer
+                quiet = bool(_ITER_BUF) and time.time() - _ITER_BUF[-1][0] > 0.25
+            if quiet:
                 _iter_flush()
         except Exception as exc:  # a trace must never break the server
             print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
