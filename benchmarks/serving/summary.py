@@ -408,10 +408,14 @@ def summarize(
             f"serve_kv_tokens_vs_stock_server: {kv['specfsm'] / kv['eagle']:.3f} (goal >= 0.98)"
         )
     if "specfsm_shapes" in kv and "eagle" in kv:
+        shaped = next(s for s in servers if s["server"] == "specfsm_shapes")
+        at = (shaped.get("shapes_set") or {}).get("policy", {}).get("shape", "chain7")
+        extra = (shaped.get("shapes_set") or {}).get("shapes")
         lines.append(
             "serve_kv_tokens_shapes_vs_stock_server: "
-            f"{kv['specfsm_shapes'] / kv['eagle']:.3f} (goal >= 0.98; launched at chain 7 with "
-            "its example's extra shapes, the stock server at chain 3)"
+            f"{kv['specfsm_shapes'] / kv['eagle']:.3f} (goal >= 0.98; launched at {at} with "
+            + (f"extra shapes {','.join(extra)}" if extra else "its example's extra shapes")
+            + ", the stock server at chain3)"
         )
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")

@@ -104,7 +104,14 @@ def test_the_shapes_example_is_a_server_of_its_own(tmp_path: Path) -> None:
     lines = summary.summarize(tmp_path / "runs.jsonl", {"light": light})
     assert any(x.startswith("serve_specfsm_shapes_vs_best_static[light]: 1.050") for x in lines)
     assert any(x.startswith("serve_specfsm_shapes_vs_phase_oracle[light]: 1.050") for x in lines)
-    assert any(x.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990") for x in lines)
+    kv_line = next(x for x in lines if x.startswith("serve_kv_tokens_shapes_vs_stock_server"))
+    assert kv_line.startswith("serve_kv_tokens_shapes_vs_stock_server: 0.990")
+    assert "launched at chain7 with its example's extra shapes" in kv_line
+    # a candidate launch (--shapes-set) is named by its own shape and extra shapes
+    recs[4]["shapes_set"] = {"shapes": ["chain1", "chain2"], "policy": {"shape": "chain3"}}
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    lines = summary.summarize(tmp_path / "runs.jsonl", {"light": light})
+    assert any("launched at chain3 with extra shapes chain1,chain2" in x for x in lines)
 
 
 _STAND_IN = """
