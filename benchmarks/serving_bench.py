@@ -213,6 +213,8 @@ def play_run(
         if sw is not None:
             sw.stop()
     m = summary.metrics(trace, recs) | ({"pins": sw.pins, "pin_flips": sw.flips} if sw else {})
+    if it_dir is not None or pf_dir is not None:
+        time.sleep(0.6)  # the server's trace flushers write within half a second of going quiet
     if it_dir is not None:
         it_recs = iters.load(it_dir)
         m["iters"] = iters.window(it_recs, t0, t0 + trace.seconds)

@@ -250,6 +250,10 @@ _PREFILL = os.environ.get("SPECFSM_PREFILL_TIMING")
 _SKIP_FLAG = os.environ.get("SPECFSM_SKIP_DRAFT_PREFILL")
 _PF_PENDING: list = []
 _PF_BUF: list = []
+_PF_LOCK = threading.Lock()  # the scheduler thread and the idle flusher share both lists
+_PF_LAST = [0.0]  # wall time of the last piece launched
+_PF_IDLE: list = []  # the pid whose idle flusher runs (a spawned child starts its own)
+_PF_DEV: list = []  # the scheduler's CUDA device, for the flusher's event queries
 
 
 def _spec_mode():
@@ -261,20 +265,49 @@ def _spec_mode():
         return None
 
 
-def _pf_flush(force: bool = False) -> None:
-    keep = []
-    for rec, ev0, ev1 in _PF_PENDING:
-        if force or ev1.query():
-            if force:
-                ev1.synchronize()
-            _PF_BUF.append([*rec[:4], round(ev0.elapsed_time(ev1), 4), rec[4]])
-        else:
-            keep.append((rec, ev0, ev1))
-    _PF_PENDING[:] = keep
-    if _PF_BUF and (force or len(_PF_BUF) >= 64):
-        with open(os.path.join(_PREFILL, f"prefill-{os.getpid()}.jsonl"), "a") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in _PF_BUF))
-        _PF_BUF.clear()
+def _pf_flush(force: bool = False, drain: bool = False) -> None:
+    """Move the pieces the GPU has passed into the buffer and write it once it holds 64
+    records or a second of launches; ``drain`` writes whatever it holds, ``force`` waits
+    for every pending piece first (at exit)."""
+    with _PF_LOCK:
+        keep = []
+        for rec, ev0, ev1 in _PF_PENDING:
+            if force or ev1.query():
+                if force:
+                    ev1.synchronize()
+                _PF_BUF.append([*rec[:4], round(ev0.elapsed_time(ev1), 4), rec[4]])
+            else:
+                keep.append((rec, ev0, ev1))
+        _PF_PENDING[:] = keep
+        due = len(_PF_BUF) >= 64 or (_PF_BUF and _PF_BUF[-1][0] - _PF_BUF[0][0] > 1.0)
+        if _PF_BUF and (force or drain or due):
+            with open(os.path.join(_PREFILL, f"prefill-{os.getpid()}.jsonl"), "a") as fh:
+                fh.write("".join(json.dumps(r) + "\n" for r in _PF_BUF))
+            _PF_BUF.clear()
+
+
+def _pf_quiet(now: float) -> bool:
+    """Pieces are held and none was launched for a quarter of a second: a run's last
+    prefills, which no later piece would push out before the driver reads its window."""
+    with _PF_LOCK:
+        return bool(_PF_PENDING or _PF_BUF) and now - _PF_LAST[0] > 0.25
+
+
+def _pf_idle_flusher() -> None:
+    try:
+        if _PF_DEV:
+            import torch
+
+            torch.cuda.set_device(_PF_DEV[0])  # event queries on the scheduler's device
+    except Exception as exc:
+        print(f"[prefill-timing] {type(exc).__name__}: {exc}", file=sys.stderr)
+    while True:
+        time.sleep(0.25)
+        try:
+            if _pf_quiet(time.time()):
+                _pf_flush(drain=True)
+        except Exception as exc:  # a measurement must never break the server
+            print(f"[prefill-timing] {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _prefill_wrap(cls, name: str, stage: str) -> None:
@@ -307,8 +340,14 @@ def _prefill_wrap(cls, name: str, stage: str) -> None:
             return orig(*args, **kwargs)
         out = orig(*args, **kwargs)
         ev1.record()
-        _PF_PENDING.append((rec, ev0, ev1))
+        with _PF_LOCK:
+            _PF_PENDING.append((rec, ev0, ev1))
+            _PF_LAST[0] = rec[0]
         _pf_flush()
+        if os.getpid() not in _PF_IDLE:
+            _PF_IDLE[:] = [os.getpid()]
+            _PF_DEV[:] = [torch.cuda.current_device()]
+            threading.Thread(target=_pf_idle_flusher, name="prefill-timing", daemon=True).start()
         return out
 
     wrapped.__wrapped__ = orig

@@ -1,0 +1,77 @@
+"""The GPU harness's prefill timing (benchmarks/gpu/sitecustomize.py,
+``SPECFSM_PREFILL_TIMING``) writes a run's last prefill pieces before the serving driver reads
+the run's window: the buffer is written once it holds a second of launches, and, when no piece
+was launched for a quarter of a second, by the idle flusher. Before, records waited for 64 to
+gather, so each run lost up to 63 pieces of its window's end to the next run's reading. The
+records here are finished ones (launch time, stage, tokens, bs, GPU ms, mode): the CUDA events
+that time a piece on the GPU do not exist on this CPU box."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "sitecustomize.py"
+HOOK_ENV = (
+    "SPECFSM_TIMING_FILE",
+    "SPECFSM_ITER_TRACE",
+    "SPECFSM_PREFILL_TIMING",
+    "SPECFSM_SKIP_DRAFT_PREFILL",
+    "SPECFSM_SYNC_DEBUG",
+    "SPECFSM_ADAPTIVE_GROW",
+    "SPECFSM_AGREE",
+)
+
+
+def _site(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
+    """The hook module with none of its switches set (it installs nothing on import), its
+    prefill folder pointed at ``folder``."""
+    for name in HOOK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    spec = importlib.util.spec_from_file_location("specfsm_gpu_site_prefill", SITE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    before = list(sys.meta_path)
+    spec.loader.exec_module(module)
+    assert sys.meta_path == before
+    module._PREFILL = str(folder)
+    return module
+
+
+def _written(folder: Path) -> list[list[object]]:
+    return [
+        json.loads(x) for f in folder.glob("prefill-*.jsonl") for x in f.read_text().splitlines()
+    ]
+
+
+def test_a_short_buffer_waits_and_a_quiet_one_is_written(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    site = _site(monkeypatch, tmp_path)
+    now = time.time()
+    recs = [[now - 0.5 + 0.01 * i, "target", 1024, 1, 2.5, None] for i in range(5)]
+    site._PF_BUF.extend(recs)
+    site._PF_LAST[0] = recs[-1][0]
+    site._pf_flush()
+    assert _written(tmp_path) == []  # five pieces within a second: not yet due
+    assert not site._pf_quiet(recs[-1][0] + 0.1)  # the scheduler still launching
+    assert site._pf_quiet(recs[-1][0] + 0.3)  # quiet: the idle flusher drains it
+    site._pf_flush(drain=True)
+    assert _written(tmp_path) == recs and site._PF_BUF == []
+    assert not site._pf_quiet(time.time() + 10)  # nothing held, nothing to write
+
+
+def test_a_second_of_launches_is_written_without_waiting_for_64(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    site = _site(monkeypatch, tmp_path)
+    recs = [[100.0 + 0.3 * i, "draft", 512, 2, 1.0, "PLAIN"] for i in range(5)]  # 1.2 s
+    site._PF_BUF.extend(recs)
+    site._pf_flush()
+    assert _written(tmp_path) == recs
