@@ -330,26 +330,6 @@ def _measured(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[d
     return by
 
 
-def _headers_match(
-    runs: Sequence[Mapping[str, Any]], trs: Mapping[str, bench_traces.Trace]
-) -> None:
-    """Each driver header's phases must be the traces given (the same levels and seconds)."""
-    for r in runs:
-        if "traces" not in r:
-            continue
-        for name, labels in r["traces"].items():
-            tr = trs.get(name)
-            if tr is None:
-                continue
-            if [p.label() for p in tr.phases] != list(labels) or any(
-                abs(p.seconds - float(r.get("phase_s", p.seconds))) > 1e-9 for p in tr.phases
-            ):
-                raise ValueError(
-                    f"sim_lines: trace {name} is {[p.label() for p in tr.phases]} x "
-                    f"{tr.phases[0].seconds:g} s, the runs measured {labels} x {r.get('phase_s')} s"
-                )
-
-
 def _miss_line(
     trace: bench_traces.Trace,
     recs: Sequence[Mapping[str, Any]],
@@ -398,7 +378,7 @@ def sim_lines(
     a comment line after each miss beyond the goal, a header saying what is fitted, and per
     trace one info line with the simulator's own table prefill instead of the measured one."""
     runs = _runs(runs_path)
-    _headers_match(runs, traces)
+    bench_traces.check_measured(runs, traces, "sim_lines")
     by = _measured(runs)
     # the shapes example as its server was started (keys set by --shapes-set)
     shapes_set = bench_launch.shapes_set_of(runs)

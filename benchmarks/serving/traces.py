@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -182,3 +183,23 @@ def server_order(servers: list[str], bracket: str, reps: int) -> list[tuple[str,
     half = reps // 2
     others = [(s, range(reps)) for s in servers if s != bracket]
     return [(bracket, range(half)), *others, (bracket, range(half, reps))]
+
+
+def check_measured(runs: Sequence[Mapping[str, Any]], trs: Mapping[str, Trace], who: str) -> None:
+    """Each driver header among ``runs`` (a runs.jsonl's records) must have measured the
+    traces ``trs`` defines, with the same phase levels and seconds: a summary of another
+    trace's runs would compare unlike loads. Raises ValueError, prefixed with ``who``."""
+    for r in runs:
+        if "traces" not in r:
+            continue
+        for name, labels in r["traces"].items():
+            tr = trs.get(name)
+            if tr is None:
+                continue
+            if [p.label() for p in tr.phases] != list(labels) or any(
+                abs(p.seconds - float(r.get("phase_s", p.seconds))) > 1e-9 for p in tr.phases
+            ):
+                raise ValueError(
+                    f"{who}: trace {name} is {[p.label() for p in tr.phases]} x "
+                    f"{tr.phases[0].seconds:g} s, the runs measured {labels} x {r.get('phase_s')} s"
+                )

@@ -536,3 +536,18 @@ def test_a_ratio_of_two_or_more_repetitions_carries_the_95_percent_interval_of_i
         "y: 0.990 (reps 0.990; spread 0.0%) (goal >= 1.00)"
     )
     assert interval95([1.0]) is None
+
+
+def test_runs_of_another_trace_are_refused() -> None:
+    """A summary of runs whose driver measured other phases than the trace given refuses, and
+    names both: their ratios would compare unlike loads."""
+    bursty = traces.builtin("gpu", 7.0)["bursty"]
+    labels = [p.label() for p in bursty.phases]
+    traces.check_measured([{"traces": {"bursty": labels}, "phase_s": 7.0}], {"bursty": bursty}, "x")
+    traces.check_measured([{"traces": {"other": ["c1"]}, "phase_s": 3.0}], {"bursty": bursty}, "x")
+    with pytest.raises(
+        ValueError, match=r"^sim_lines: trace bursty is .* x 7 s, the runs measured"
+    ):
+        traces.check_measured(
+            [{"traces": {"bursty": labels}, "phase_s": 8.0}], {"bursty": bursty}, "sim_lines"
+        )
