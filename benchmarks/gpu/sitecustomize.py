@@ -306,8 +306,13 @@ def _pf_idle_flusher() -> None:
         try:
             if _pf_quiet(time.time()):
                 _pf_flush(drain=True)
-        except Exception as exc:  # a measurement must never break the server
-            print(f"[prefill-timing] {type(exc).__name__}: {exc}", file=sys.stderr)
+        except Exception as exc:  # a measurement must never break the server: said once,
+            # and the scheduler's own flushes (64 records or a second of launches) go on
+            print(
+                f"[prefill-timing] idle flusher stopped: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return
 
 
 def _prefill_wrap(cls, name: str, stage: str) -> None:
