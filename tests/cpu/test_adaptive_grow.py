@@ -5,39 +5,18 @@ handed out before stay alive and unchanged. Checked on the installed SGLang's ow
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _gpu_site import load
 
 torch = pytest.importorskip("torch")
 graph_shared_output = pytest.importorskip("sglang.srt.model_executor.graph_shared_output")
 
-SITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "sitecustomize.py"
-HOOK_ENV = (
-    "SPECFSM_TIMING_FILE",
-    "SPECFSM_ITER_TRACE",
-    "SPECFSM_PREFILL_TIMING",
-    "SPECFSM_SKIP_DRAFT_PREFILL",
-    "SPECFSM_SYNC_DEBUG",
-    "SPECFSM_ADAPTIVE_GROW",
-    "SPECFSM_AGREE",
-)
-
 
 def _site(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The hook module with none of its switches set: it installs nothing on import."""
-    for name in HOOK_ENV:
-        monkeypatch.delenv(name, raising=False)
-    spec = importlib.util.spec_from_file_location("specfsm_gpu_site_under_test", SITE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    before = list(sys.meta_path)
-    spec.loader.exec_module(module)
-    assert sys.meta_path == before
-    return module
+    return load(monkeypatch, "specfsm_gpu_site_under_test")
 
 
 def test_unwrapped_class_refuses_more_rows() -> None:

@@ -1,45 +1,25 @@
 """The GPU harness's prefill timing (benchmarks/gpu/sitecustomize.py,
 ``SPECFSM_PREFILL_TIMING``) writes a run's last prefill pieces before the serving driver reads
 the run's window: the buffer is written once it holds a second of launches, and, when no piece
-was launched for a quarter of a second, by the idle flusher. Before, records waited for 64 to
-gather, so each run lost up to 63 pieces of its window's end to the next run's reading. The
+was launched for a quarter of a second, by the idle flusher (a buffer that waited for 64
+records would leave up to 63 pieces of a window's end to be read with the next run). The
 records here are finished ones (launch time, stage, tokens, bs, GPU ms, mode): the CUDA events
 that time a piece on the GPU do not exist on this CPU box."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SITE = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "sitecustomize.py"
-HOOK_ENV = (
-    "SPECFSM_TIMING_FILE",
-    "SPECFSM_ITER_TRACE",
-    "SPECFSM_PREFILL_TIMING",
-    "SPECFSM_SKIP_DRAFT_PREFILL",
-    "SPECFSM_SYNC_DEBUG",
-    "SPECFSM_ADAPTIVE_GROW",
-    "SPECFSM_AGREE",
-)
+from _gpu_site import load
 
 
 def _site(monkeypatch: pytest.MonkeyPatch, folder: Path) -> ModuleType:
-    """The hook module with none of its switches set (it installs nothing on import), its
-    prefill folder pointed at ``folder``."""
-    for name in HOOK_ENV:
-        monkeypatch.delenv(name, raising=False)
-    spec = importlib.util.spec_from_file_location("specfsm_gpu_site_prefill", SITE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    before = list(sys.meta_path)
-    spec.loader.exec_module(module)
-    assert sys.meta_path == before
+    """The hook module, its prefill folder pointed at ``folder``."""
+    module = load(monkeypatch, "specfsm_gpu_site_prefill")
     module._PREFILL = str(folder)
     return module
 
