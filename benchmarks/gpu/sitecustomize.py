@@ -251,7 +251,6 @@ _SKIP_FLAG = os.environ.get("SPECFSM_SKIP_DRAFT_PREFILL")
 _PF_PENDING: list = []
 _PF_BUF: list = []
 _PF_LOCK = threading.Lock()  # the scheduler thread and the idle flusher share both lists
-_PF_LAST = [0.0]  # wall time of the last piece launched
 _PF_IDLE: list = []  # the pid whose idle flusher runs (a spawned child starts its own)
 _PF_DEV: list = []  # the scheduler's CUDA device, for the flusher's event queries
 
@@ -289,8 +288,9 @@ def _pf_flush(force: bool = False, drain: bool = False) -> None:
 def _pf_quiet(now: float) -> bool:
     """Pieces are held and none was launched for a quarter of a second: a run's last
     prefills, which no later piece would push out before the driver reads its window."""
-    with _PF_LOCK:
-        return bool(_PF_PENDING or _PF_BUF) and now - _PF_LAST[0] > 0.25
+    with _PF_LOCK:  # pieces enter both lists in launch order: the last held is the last launched
+        last = _PF_PENDING[-1][0][0] if _PF_PENDING else _PF_BUF[-1][0] if _PF_BUF else None
+    return last is not None and now - last > 0.25
 
 
 def _pf_idle_flusher() -> None:
@@ -347,7 +347,6 @@ def _prefill_wrap(cls, name: str, stage: str) -> None:
         ev1.record()
         with _PF_LOCK:
             _PF_PENDING.append((rec, ev0, ev1))
-            _PF_LAST[0] = rec[0]
         _pf_flush()
         if os.getpid() not in _PF_IDLE:
             _PF_IDLE[:] = [os.getpid()]

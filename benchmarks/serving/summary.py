@@ -22,6 +22,7 @@ from typing import Any
 import gpu_bed
 import host_probe
 import iters
+import launch
 import pauses
 from client import BIN_S
 from oracle import pair_lines, phase_oracle
@@ -408,14 +409,18 @@ def summarize(
             f"serve_kv_tokens_vs_stock_server: {kv['specfsm'] / kv['eagle']:.3f} (goal >= 0.98)"
         )
     if "specfsm_shapes" in kv and "eagle" in kv:
-        shaped = next(s for s in servers if s["server"] == "specfsm_shapes")
-        at = (shaped.get("shapes_set") or {}).get("policy", {}).get("shape", "chain7")
-        extra = (shaped.get("shapes_set") or {}).get("shapes")
+        # what the server ran: the example as shipped with the keys --shapes-set set
+        overrides = next(s for s in servers if s["server"] == "specfsm_shapes").get("shapes_set")
+        cfg = launch.shapes_example(overrides)
+        extra = (
+            f"extra shapes {','.join(cfg['shapes'])}"
+            if "shapes" in (overrides or {})
+            else "its example's extra shapes"
+        )
         lines.append(
             "serve_kv_tokens_shapes_vs_stock_server: "
-            f"{kv['specfsm_shapes'] / kv['eagle']:.3f} (goal >= 0.98; launched at {at} with "
-            + (f"extra shapes {','.join(extra)}" if extra else "its example's extra shapes")
-            + ", the stock server at chain3)"
+            f"{kv['specfsm_shapes'] / kv['eagle']:.3f} (goal >= 0.98; launched at "
+            f"{cfg['policy'].get('shape', 'chain7')} with {extra}, the stock server at chain3)"
         )
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")
