@@ -317,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tracked_bytes() -> int | None:
-    """Bytes of the files git tracks (the working tree a device call carries), or None
-    outside a git checkout."""
+    """Bytes of the files git tracks (the working tree a device call carries), each rounded up
+    to a 4 KiB block as the call's size check counts it, or None outside a git checkout."""
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
@@ -326,7 +326,7 @@ def tracked_bytes() -> int | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     paths = (ROOT / p for p in out.decode().split("\0") if p)
-    return sum(p.stat().st_size for p in paths if p.is_file())
+    return sum(-(-p.stat().st_size // 4096) * 4096 for p in paths if p.is_file())
 
 
 if __name__ == "__main__":
