@@ -112,6 +112,23 @@ def collections(text: str) -> list[tuple[float, float, str]]:
     return out
 
 
+def after_freeze(text: str) -> int | None:
+    """How many of a server log's long collections came after SGLang's ``/freeze_gc`` answered
+    since that server's last start (a log may hold several starts of one server), or None where
+    the log shows no ``/freeze_gc``: a collection before it falls in the warm-up pass."""
+    if '"GET /freeze_gc' not in text:
+        return None
+    frozen, n = False, 0
+    for row in text.splitlines():
+        if "server_args=" in row:
+            frozen = False
+        elif '"GET /freeze_gc' in row and " 200" in row:
+            frozen = True
+        elif "LONG GARBAGE COLLECTION DETECTED" in row:
+            n += frozen
+    return n
+
+
 def in_collection(start: float, length: float, found: Sequence[tuple[float, float, str]]) -> bool:
     """Whether a pause [start, start + length] (since the epoch) overlaps a collection that
     ended within the second its warning names (a bin's width of slack either side)."""
@@ -136,6 +153,9 @@ def long_gc(logs: Path, runs: Sequence[dict[str, Any]] = ()) -> list[str]:
         if found:
             d, _, g = max((d, at, g) for at, d, g in found)
             line += f", longest {d:.2f} s (generation {g})"
+            late = after_freeze(text)
+            if late is not None:
+                line += f", {late} after /freeze_gc"
         mine = [r for r in runs if server_of(str(r.get("server", "")), names) == name]
         timed = [r for r in mine if "t0" in r and "stream_pauses" in r]
         every = [(float(r["t0"]) + p[0], p[1]) for r in timed for p in r["stream_pauses"]]

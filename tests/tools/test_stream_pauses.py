@@ -108,3 +108,20 @@ def test_a_warning_line_with_a_rank_tag_or_no_time_is_still_counted() -> None:
     assert tagged[1:] == (0.4675, "2") and bare[1:] == (0.2, "1")
     assert not pauses.in_collection(tagged[0], 0.4, [bare])
     assert pauses.in_collection(tagged[0] - 0.3, 0.4, [tagged])
+
+
+def test_collections_are_told_before_and_after_freeze_gc(tmp_path: Path) -> None:
+    """A collection in the warm-up pass, before ``/freeze_gc`` answered, is told apart from one
+    after it; a second start of the server (its own ``server_args``) unfreezes the count."""
+    start = "[2026-12-06 08:22:20] server_args=ServerArgs(gc_warning_threshold_secs=0.1)\n"
+    warn = (
+        "[2026-12-06 08:28:23] LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: "
+        "0.6281s | # Objects: gen0=8 | This may cause latency jitter.\n"
+    )
+    freeze = '[2026-12-06 08:28:25] INFO:     127.0.0.1:1 - "GET /freeze_gc HTTP/1.1" 200 OK\n'
+    text = start + warn + freeze + start + warn + freeze + warn
+    assert pauses.after_freeze(text) == 1
+    assert pauses.after_freeze(start + warn) is None
+    (tmp_path / "server_nospec.log").write_text(text)
+    (line,) = pauses.long_gc(tmp_path)
+    assert line.startswith("serve_long_gc[nospec]: 3, longest 0.63 s (generation 2), 1 after ")
