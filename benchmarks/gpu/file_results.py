@@ -1,0 +1,169 @@
+"""File a serving driver's results, as a wait call brought them back, into a results folder.
+
+    python benchmarks/gpu/file_results.py --fetched DIR --folder benchmarks/gpu/results/NAME \\
+        --name machine17 [--merge --traces heavy,day --phase-s 7]
+
+``DIR`` holds what ``run_on_device.sh wait`` copies out of the driver's mirror:
+``runs.jsonl``, ``serving_summary.txt`` (once the driver is done), ``serving_results.tgz``
+and the driver's log (``sv_drive.log``). The script writes ``FOLDER/NAME/``:
+
+- ``runs.jsonl`` and ``serving_summary.txt`` as the machine wrote them;
+- ``serving_call.log``: the driver's log;
+- ``requests/``: every run's request records (the greedy comparison reads them);
+- ``traces_logs_NAME.tgz``: the rest of the tgz (per-iteration traces, prefill timings, server
+  logs, ``/metrics`` scrapes, the transition log and start-up profile, the host probe, the
+  warm-up passes);
+
+and ``FOLDER/logs/server_*.log`` (``--logs-beside``: ``FOLDER/NAME/server_*_lines.log``, for a
+second driver of the same folder): the lines of each server log the summary and the docs
+read (``LINES``), the rest staying in the tgz. With ``--merge`` it then runs
+``merge.py --refer --out FOLDER FOLDER/NAME:0`` and the summary (``serving_bench.py --bed gpu
+--summary-only --sim``) on the traces named. A folder that already holds ``NAME/`` is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: the server-log lines a results folder keeps beside the tgz: the launch arguments, long
+#: collections and /freeze_gc (serve_long_gc), the plugin's lines, draft-state builds, graph
+#: captures and failures
+LINES = re.compile(
+    r"server_args|LONG GARBAGE|specfsm|Built adaptive|(?i:cuda graph (?:begin|end))"
+    r"|OutOfMemory|Error|GET /freeze_gc"
+)
+#: members of the driver's tgz kept as files of their own rather than in the traces tgz
+_OWN = ("runs.jsonl", "serving_summary.txt")
+
+
+def _member_name(m: tarfile.TarInfo) -> str:
+    return m.name[2:] if m.name.startswith("./") else m.name
+
+
+def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = False) -> list[str]:
+    """Write ``folder/name/`` and the kept server-log lines; one line per thing written."""
+    dest = folder / name
+    if dest.exists():
+        raise SystemExit(f"{dest} exists: a second driver takes a name of its own")
+    tgz = fetched / "serving_results.tgz"
+    for need in ("runs.jsonl", "serving_results.tgz"):
+        if not (fetched / need).is_file():
+            raise SystemExit(f"{fetched} holds no {need}: not what a wait call brings back")
+    dest.mkdir(parents=True)
+    said = []
+    for own in _OWN:
+        if (fetched / own).is_file():
+            shutil.copy2(fetched / own, dest / own)
+            said.append(f"{dest / own}")
+    log = next(
+        (fetched / n for n in ("sv_drive.log", "serving.log") if (fetched / n).is_file()), None
+    )
+    if log is not None:
+        shutil.copy2(log, dest / "serving_call.log")
+        said.append(f"{dest / 'serving_call.log'} (from {log.name})")
+    logs_dir = dest if logs_beside else folder / "logs"
+    logs_dir.mkdir(exist_ok=True)
+    rest = io.BytesIO()
+    n_req = n_rest = 0
+    with tarfile.open(tgz, "r:gz") as src, tarfile.open(fileobj=rest, mode="w:gz") as out:
+        for m in src.getmembers():
+            rel = _member_name(m)
+            if not m.isfile() or rel in _OWN:
+                continue
+            data = src.extractfile(m)
+            assert data is not None
+            raw = data.read()
+            if rel.startswith("requests/"):
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(raw)
+                n_req += 1
+                continue
+            if rel.startswith("logs/server_") and rel.endswith(".log"):
+                stem = Path(rel).stem
+                kept = "".join(
+                    row
+                    for row in raw.decode(errors="replace").splitlines(keepends=True)
+                    if LINES.search(row)
+                )
+                out_name = f"{stem}_lines.log" if logs_beside else f"{stem}.log"
+                (logs_dir / out_name).write_text(kept)
+                said.append(f"{logs_dir / out_name}: {kept.count(chr(10))} lines kept")
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.mode = len(raw), int(m.mtime), m.mode
+            out.addfile(info, io.BytesIO(raw))
+            n_rest += 1
+    (dest / f"traces_logs_{name}.tgz").write_bytes(rest.getvalue())
+    said.append(f"{dest}/requests/: {n_req} files")
+    said.append(f"{dest}/traces_logs_{name}.tgz: {n_rest} files")
+    return said
+
+
+def summarize(folder: Path, name: str, traces: str, phase_s: float) -> None:
+    """Merge ``folder/name`` into ``folder`` (references to its request files) and write the
+    folder's summary with the simulator beside it."""
+    py = sys.executable
+    subprocess.run(
+        [
+            py,
+            str(ROOT / "benchmarks/serving/merge.py"),
+            "--refer",
+            "--out",
+            str(folder),
+            f"{folder / name}:0",
+        ],
+        check=True,
+    )
+    subprocess.run(
+        [
+            py,
+            str(ROOT / "benchmarks/serving_bench.py"),
+            "--bed",
+            "gpu",
+            "--summary-only",
+            "--sim",
+            "--traces",
+            traces,
+            "--phase-s",
+            f"{phase_s:g}",
+            "--out",
+            str(folder),
+        ],
+        check=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fetched", type=Path, required=True, help="what a wait call brought back")
+    ap.add_argument("--folder", type=Path, required=True, help="the results folder")
+    ap.add_argument("--name", required=True, help="the driver's sub-folder, e.g. machine17")
+    ap.add_argument(
+        "--logs-beside",
+        action="store_true",
+        help="keep the server-log lines in FOLDER/NAME/server_*_lines.log (a second driver)",
+    )
+    ap.add_argument("--merge", action="store_true", help="then merge and summarize the folder")
+    ap.add_argument("--traces", default="", help="the traces to summarize (with --merge)")
+    ap.add_argument("--phase-s", type=float, default=7.0)
+    args = ap.parse_args(argv)
+    if args.merge and not args.traces:
+        ap.error("--merge needs --traces (those the driver ran)")
+    for line in file_results(args.fetched, args.folder, args.name, args.logs_beside):
+        print(line)
+    if args.merge:
+        summarize(args.folder, args.name, args.traces, args.phase_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

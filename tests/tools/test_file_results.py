@@ -1,0 +1,80 @@
+"""Filing a driver's results (benchmarks/gpu/file_results.py): what a wait call brought back
+becomes a results folder's sub-folder (runs, summary, driver log, request records, the rest in
+a tgz) and the server logs' kept lines, without touching a sub-folder already filed."""
+
+from __future__ import annotations
+
+import io
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
+
+import file_results
+
+LOG = (
+    "[2026-12-06 08:22:21] server_args=ServerArgs(gc_warning_threshold_secs=0.1)\n"
+    "[2026-12-06 08:25:00] Capture cuda graph begin. This can take up to several minutes.\n"
+    "[2026-12-06 08:25:40] Decode batch, #running-req: 15, cuda graph: True\n"
+    "[2026-12-06 08:28:23] LONG GARBAGE COLLECTION DETECTED | Generation 2 | Duration: 0.6s\n"
+    '[2026-12-06 08:28:25] INFO:     127.0.0.1:1 - "GET /freeze_gc HTTP/1.1" 200 OK\n'
+    '[2026-12-06 08:28:26] INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK\n'
+)
+
+
+def _fetched(tmp_path: Path) -> Path:
+    """A folder as a wait call leaves it: the mirror's files and the driver's tgz."""
+    got = tmp_path / "fetched"
+    got.mkdir()
+    (got / "runs.jsonl").write_text('{"started": "2026-12-06 08:22:20 UTC"}\n')
+    (got / "serving_summary.txt").write_text("serve_lost_requests: 0\n")
+    (got / "sv_drive.log").write_text("[serving +0s] nospec: starting\n")
+    members = {
+        "./runs.jsonl": b"{}\n",
+        "./requests/nospec_day_rep0.jsonl.gz": b"gz",
+        "./logs/server_nospec.log": LOG.encode(),
+        "./iters/nospec/iter-1.jsonl": b"{}\n",
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    (got / "serving_results.tgz").write_bytes(buf.getvalue())
+    return got
+
+
+def test_a_fetched_driver_is_filed(tmp_path: Path) -> None:
+    got, folder = _fetched(tmp_path), tmp_path / "results"
+    said = file_results.file_results(got, folder, "machine17")
+    sub = folder / "machine17"
+    assert (sub / "runs.jsonl").read_text() == (got / "runs.jsonl").read_text()
+    assert (sub / "serving_summary.txt").is_file()
+    assert (sub / "serving_call.log").read_text() == "[serving +0s] nospec: starting\n"
+    assert (sub / "requests" / "nospec_day_rep0.jsonl.gz").read_bytes() == b"gz"
+    with tarfile.open(sub / "traces_logs_machine17.tgz") as tf:
+        assert sorted(tf.getnames()) == ["iters/nospec/iter-1.jsonl", "logs/server_nospec.log"]
+    kept = (folder / "logs" / "server_nospec.log").read_text().splitlines()
+    assert [row.split("] ", 1)[1][:20] for row in kept] == [
+        "server_args=ServerAr",
+        "Capture cuda graph b",
+        "LONG GARBAGE COLLECT",
+        "INFO:     127.0.0.1:",
+    ]
+    assert any(s.endswith("server_nospec.log: 4 lines kept") for s in said)
+    with pytest.raises(SystemExit, match="exists"):
+        file_results.file_results(got, folder, "machine17")
+    file_results.file_results(got, folder, "second", logs_beside=True)
+    assert (folder / "second" / "server_nospec_lines.log").read_text() == "\n".join(kept) + "\n"
+
+
+def test_a_folder_without_the_driver_s_results_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "runs.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit, match=r"holds no serving_results\.tgz"):
+        file_results.file_results(tmp_path, tmp_path / "results", "m")
+    with pytest.raises(SystemExit):
+        file_results.main(["--fetched", str(tmp_path), "--folder", "x", "--name", "m", "--merge"])
