@@ -12,13 +12,17 @@ phases (a burst with the lull after it), the oracle is the best static server it
 those 10 repetitions (1.015 and 1.021 in the others). `pair_oracle` is that choice, printed
 beside the goal line as information.
 
+On an open-loop trace the tokens its requests ask bound both: `open_loop_notes` says how the
+oracle and the better static server stand against them, so that a goal line that no schedule
+can meet, or that only says where each run's window ends, says so itself.
+
 Standard library only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from ratios import ratio_line
 from traces import Trace
@@ -82,3 +86,51 @@ def pair_lines(
         name = f"{configurations[lab]}_vs_phase_pair_oracle[{t}]"
         lines.append(ratio_line(name, tok[lab], pairs, "none: info"))
     return lines
+
+
+#: the better static server's window holding at least this share of the tokens the trace's
+#: requests ask: the trace was served whole, and a ratio to it says where the windows end
+SERVED_WHOLE = 0.99
+
+
+class OpenLoopNotes(NamedTuple):
+    """What an open-loop trace adds to its summary: the info lines, and the notes that end the
+    best-static and phase-oracle goal lines ("" where nothing is to be said)."""
+
+    lines: list[str]
+    best: str
+    oracle: str
+
+
+def open_loop_notes(
+    t: str,
+    oracle: dict[int, float],
+    best: dict[int, float],
+    asked: dict[int, int],
+    seconds: float,
+    fmt: Callable[[list[float]], str],
+) -> OpenLoopNotes:
+    """The oracle's and the better static server's tokens over the tokens the trace's
+    requests ask (`asked`, per repetition; {} on a closed loop: nothing to say)."""
+    if not asked:
+        return OpenLoopNotes([], "", "")
+    share = [oracle[i] * seconds / asked[i] for i in asked if i in oracle]
+    served = [best[i] * seconds / asked[i] for i in asked if i in best]
+    lines = [
+        f"serve_phase_oracle_vs_trace_tokens[{t}]: {fmt(share)} (info: the oracle's tokens over"
+        " all the tokens the trace's requests ask; above 1 no schedule reaches it)",
+        f"serve_best_static_vs_trace_tokens[{t}]: {fmt(served)} (info: the better static"
+        f" server's window tokens over them; from {SERVED_WHOLE} the trace is served whole)",
+    ]
+    over = (
+        f" (unreachable: the oracle adds up {max(share):.3f}x the tokens the trace's requests ask)"
+        if share and max(share) > 1.0
+        else ""
+    )
+    whole = (
+        f" (served whole: the better static server's window holds {min(served):.3f}x or more of"
+        " the tokens the trace's requests ask; the ratio says where each run's window ends)"
+        if served and min(served) >= SERVED_WHOLE
+        else ""
+    )
+    return OpenLoopNotes(lines, whole, over)

@@ -25,7 +25,7 @@ import iters
 import launch
 import pauses
 from client import BIN_S
-from oracle import pair_lines, phase_oracle
+from oracle import open_loop_notes, pair_lines, phase_oracle
 from ratios import fmt_reps, ratio_line
 from traces import Trace
 
@@ -356,19 +356,8 @@ def summarize(
             run_of = {(s, r["rep"]): r for s in statics for r in by[(s, t)]}
             oracle = phase_oracle(trace, statics, run_of, reps)
             asked = _asked_tokens(out, [run_of[(statics[0], i)] for i in reps], trace)
-            beyond = ""
-            if asked:
-                share = {i: oracle[i] * trace.seconds / asked[i] for i in asked}
-                if max(share.values()) > 1.0:
-                    beyond = (
-                        f" (unreachable: the oracle adds up {max(share.values()):.3f}x the"
-                        " tokens the trace's requests ask)"
-                    )
-                lines.append(
-                    f"serve_phase_oracle_vs_trace_tokens[{t}]: {fmt_reps(list(share.values()))}"
-                    " (info: the oracle's tokens over all the tokens the trace's requests ask;"
-                    " above 1 no schedule reaches it)"
-                )
+            notes = open_loop_notes(t, oracle, best, asked, trace.seconds, fmt_reps)
+            lines += notes.lines
             note = _alone_note(statics)
             for lab in [x for x in tok if x in CONFIGURATIONS]:
                 line = CONFIGURATIONS[lab]
@@ -376,7 +365,7 @@ def summarize(
                     (f"{line}_vs_best_static[{t}]", best, ">= 1.00"),
                     (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97"),
                 ):
-                    why = beyond if ref is oracle else ""
+                    why = notes.oracle if ref is oracle else notes.best
                     lines.append(ratio_line(name, tok[lab], ref, goal) + note + why)
             lines += pair_lines(t, trace, statics, run_of, best, tok, CONFIGURATIONS)
         lines += _drained_lines(t, by)
