@@ -124,7 +124,7 @@ def after_freeze(text: str) -> int | None:
             frozen = False
         elif '"GET /freeze_gc' in row and " 200" in row:
             frozen = True
-        elif "LONG GARBAGE COLLECTION DETECTED" in row:
+        elif _GC.match(row):  # a collection as `collections` reads it
             n += frozen
     return n
 

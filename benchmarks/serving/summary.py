@@ -361,11 +361,10 @@ def summarize(
             note = _alone_note(statics)
             for lab in [x for x in tok if x in CONFIGURATIONS]:
                 line = CONFIGURATIONS[lab]
-                for name, ref, goal in (
-                    (f"{line}_vs_best_static[{t}]", best, ">= 1.00"),
-                    (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97"),
+                for name, ref, goal, why in (
+                    (f"{line}_vs_best_static[{t}]", best, ">= 1.00", notes.best),
+                    (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97", notes.oracle),
                 ):
-                    why = notes.oracle if ref is oracle else notes.best
                     lines.append(ratio_line(name, tok[lab], ref, goal) + note + why)
             lines += pair_lines(t, trace, statics, run_of, best, tok, CONFIGURATIONS)
         lines += _drained_lines(t, by)
