@@ -98,9 +98,8 @@ def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = Fal
                 out_name = f"{stem}_lines.log" if logs_beside else f"{stem}.log"
                 (logs_dir / out_name).write_text(kept)
                 said.append(f"{logs_dir / out_name}: {kept.count(chr(10))} lines kept")
-            info = tarfile.TarInfo(rel)
-            info.size, info.mtime, info.mode = len(raw), int(m.mtime), m.mode
-            out.addfile(info, io.BytesIO(raw))
+            m.name = rel  # the member as it was, without the leading "./"
+            out.addfile(m, io.BytesIO(raw))
             n_rest += 1
     (dest / f"traces_logs_{name}.tgz").write_bytes(rest.getvalue())
     said.append(f"{dest}/requests/: {n_req} files")
