@@ -16,8 +16,10 @@ and the driver's log (``sv_drive.log``). The script writes ``FOLDER/NAME/``:
 
 and ``FOLDER/logs/server_*.log`` (``--logs-beside``: ``FOLDER/NAME/server_*_lines.log``, for a
 second driver of the same folder): the lines of each server log the summary and the docs
-read (``LINES``), the rest staying in the tgz. With ``--merge`` it then runs
-``merge.py --refer --out FOLDER FOLDER/NAME:0`` and the summary (``serving_bench.py --bed gpu
+read (``LINES``), the rest staying in the tgz. With ``--merge`` it then runs ``merge.py
+--refer --out FOLDER`` on every driver filed in the folder (each sub-folder with a
+``runs.jsonl``, in the order they started, each one's repetitions numbered on from the last
+one's: ``machine19:0 machine19b:2``) and the summary (``serving_bench.py --bed gpu
 --summary-only --sim``) on the traces named. A folder that already holds ``NAME/`` is refused.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -107,21 +110,32 @@ def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = Fal
     return said
 
 
-def summarize(folder: Path, name: str, traces: str, phase_s: float) -> None:
-    """Merge ``folder/name`` into ``folder`` (references to its request files) and write the
-    folder's summary with the simulator beside it."""
+def drivers(folder: Path) -> list[str]:
+    """The merge sources of every driver filed in `folder`: ``DIR:OFFSET``, in the order the
+    drivers started, each one's repetitions numbered on from the last repetition before it
+    (two drivers of two and three repetitions: ``A:0`` and ``B:2``)."""
+    found: list[tuple[str, Path, int]] = []
+    for runs in folder.glob("*/runs.jsonl"):
+        rows = [json.loads(x) for x in runs.read_text().splitlines() if x.strip()]
+        started = next((str(r["started"]) for r in rows if "started" in r), "")
+        reps = [int(r["rep"]) for r in rows if "rep" in r]
+        found.append((started, runs.parent, max(reps, default=-1) + 1))
+    sources: list[str] = []
+    offset = 0
+    for _, sub, count in sorted(found, key=lambda f: (f[0], f[1].name)):
+        sources.append(f"{sub}:{offset}")
+        offset += count
+    return sources
+
+
+def summarize(folder: Path, traces: str, phase_s: float) -> None:
+    """Merge every driver filed in ``folder`` into it (references to their request files) and
+    write the folder's summary with the simulator beside it."""
     py = sys.executable
-    subprocess.run(
-        [
-            py,
-            str(ROOT / "benchmarks/serving/merge.py"),
-            "--refer",
-            "--out",
-            str(folder),
-            f"{folder / name}:0",
-        ],
-        check=True,
-    )
+    # the folder's runs.jsonl is the merge of its drivers: written again from all of them
+    (folder / "runs.jsonl").unlink(missing_ok=True)
+    merge = [py, str(ROOT / "benchmarks/serving/merge.py"), "--refer", "--out", str(folder)]
+    subprocess.run([*merge, *drivers(folder)], check=True)
     subprocess.run(
         [
             py,
@@ -151,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the server-log lines in FOLDER/NAME/server_*_lines.log (a second driver)",
     )
-    ap.add_argument("--merge", action="store_true", help="then merge and summarize the folder")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="then merge every driver filed in the folder and summarize it",
+    )
     ap.add_argument("--traces", default="", help="the traces to summarize (with --merge)")
     ap.add_argument("--phase-s", type=float, default=7.0)
     args = ap.parse_args(argv)
@@ -160,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in file_results(args.fetched, args.folder, args.name, args.logs_beside):
         print(line)
     if args.merge:
-        summarize(args.folder, args.name, args.traces, args.phase_s)
+        summarize(args.folder, args.traces, args.phase_s)
     return 0
 
 

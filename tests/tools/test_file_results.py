@@ -78,3 +78,25 @@ def test_a_folder_without_the_driver_s_results_is_refused(tmp_path: Path) -> Non
         file_results.file_results(tmp_path, tmp_path / "results", "m")
     with pytest.raises(SystemExit):
         file_results.main(["--fetched", str(tmp_path), "--folder", "x", "--name", "m", "--merge"])
+
+
+def test_every_driver_of_a_folder_is_merged_with_its_repetitions_numbered_on(
+    tmp_path: Path,
+) -> None:
+    def driver(name: str, started: str, reps: int) -> None:
+        sub = tmp_path / name
+        sub.mkdir()
+        rows = [f'{{"started": "{started}"}}', '{"server": "eagle", "start_s": 75.0}']
+        rows += [f'{{"server": "eagle", "trace": "light", "rep": {r}}}' for r in range(reps)]
+        (sub / "runs.jsonl").write_text("\n".join(rows) + "\n")
+
+    driver("machine19b", "2026-12-06 11:14:40 UTC", 3)
+    driver("machine19", "2026-12-06 10:54:44 UTC", 2)
+    driver("machine20", "2026-12-06 12:00:00 UTC", 1)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "runs.jsonl").write_text("{}\n")  # the merge written before: not a driver
+    assert file_results.drivers(tmp_path) == [
+        f"{tmp_path / 'machine19'}:0",
+        f"{tmp_path / 'machine19b'}:2",
+        f"{tmp_path / 'machine20'}:5",
+    ]
