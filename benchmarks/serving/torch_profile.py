@@ -50,7 +50,9 @@ import traces
 BIG = 40 << 20  # a trace over this leaves the mirrored folder (its report stays)
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 GRAPH_ARGS = ("graph id", "graphId", "graph node id", "graphNodeId")
-PAIR = ("specfsm_plain", "nospec")  # compared in the summary when both were profiled
+#: compared in the summary when both were profiled: each pinned mode against the stock server
+#: it must match (PLAIN: no speculation; SPECULATING: stock EAGLE)
+PAIRS = (("specfsm_plain", "nospec"), ("specfsm_spec", "eagle"))
 
 
 class Op(NamedTuple):
@@ -384,13 +386,14 @@ def diff_lines(
 
 
 def summary(root: Path) -> list[str]:
-    """Lines for every ``<label>.report.json`` in ``root``, and the pinned-PLAIN vs nospec
-    comparison when both were profiled."""
+    """Lines for every ``<label>.report.json`` in ``root``, and each comparison of `PAIRS`
+    whose two labels were profiled."""
     reps = {p.name[: -len(".report.json")]: p for p in sorted(root.glob("*.report.json"))}
     got = {k: dict(json.loads(p.read_text())) for k, p in reps.items()}
     out = [line for label, rep in got.items() for line in lines(label, rep)]
-    if all(k in got for k in PAIR):
-        out += diff_lines(PAIR[0], got[PAIR[0]], PAIR[1], got[PAIR[1]])
+    for a, b in PAIRS:
+        if a in got and b in got:
+            out += diff_lines(a, got[a], b, got[b])
     return out
 
 

@@ -258,3 +258,9 @@ def test_windows_against_a_fake_server(tmp_path: Path, monkeypatch: pytest.Monke
     out = torch_profile.summary(root)
     assert out[0].startswith("serve_torch_profile[nospec]: steps=5")
     assert any(line.startswith("serve_torch_profile_diff[specfsm_plain-nospec]") for line in out)
+    assert not any("specfsm_spec-eagle" in line for line in out)
+    # pinned SPECULATING is compared with stock EAGLE as pinned PLAIN is with no-spec
+    for label, like in (("eagle", "nospec"), ("specfsm_spec", "specfsm_plain")):
+        (root / f"{label}.report.json").write_bytes((root / f"{like}.report.json").read_bytes())
+    out = torch_profile.summary(root)
+    assert any(line.startswith("serve_torch_profile_diff[specfsm_spec-eagle]") for line in out)
