@@ -35,9 +35,12 @@ def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
     if len(rows) < 2:
         return out
     acc: dict[str, list[float]] = {}
+    steady: list[float] = []
     for cur, nxt in itertools.pairwise(rows):
         gap = nxt[0] - cur[0]
         mode = "prefill" if cur[1] in "EM" else "decode" if cur[1] == "D" else "idle"
+        if cur[1] == nxt[1] == "D" and cur[2] == nxt[2]:
+            steady.append(gap)
         a = acc.setdefault(mode, [0, 0.0, 0, 0])
         a[0] += 1
         a[1] += gap
@@ -53,6 +56,10 @@ def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
             "bs_mean": round(bs / n, 1),
             **({"extend_tokens_mean": round(ext / n, 1)} if mode == "prefill" else {}),
         }
+    if steady:
+        # a decode step followed by one of the same batch: no prefill, no request joined or
+        # left between, so its gap is the step as served (overlap on) at that batch
+        out["decode"]["steady_ms_p50"] = round(1e3 * statistics.median(steady), 3)
     out["queue_max"] = max(r[4] for r in rows)
     out["running_max"] = max(r[5] for r in rows)
     out["free_kv_min"] = min(r[6] for r in rows)
@@ -114,6 +121,7 @@ def phase_windows(
                 "prefill_s": pf.get("s", 0.0),
                 "decode_n": dec.get("n", 0),
                 "decode_bs": dec.get("bs_mean", 0.0),
+                "decode_steady_ms": dec.get("steady_ms_p50"),
                 "running_max": w.get("running_max"),
                 "queue_max": w.get("queue_max"),
                 "free_kv_min": w.get("free_kv_min"),
@@ -134,12 +142,15 @@ def phase_line(t: str, lab: str, names: list[str], runs: list[dict[str, Any]]) -
         dn = sorted(int(p[i]["decode_n"]) for p in per)
         bs = sum(p[i]["decode_bs"] for p in per) / len(per)
         span = f"{dn[0]}" if dn[0] == dn[-1] else f"{dn[0]}-{dn[-1]}"
-        parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}")
+        step = [p[i]["decode_steady_ms"] for p in per if p[i].get("decode_steady_ms")]
+        at = f" at {statistics.median(step):.2f} ms" if step else ""
+        parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}{at}")
     return (
         f"serve_phase_iters[{t}][{lab}]: "
         + " ".join(parts)
         + f" (info: per phase, {len(per)} runs: seconds in prefill iterations, decode"
-        " iterations (fewest-most) and their mean batch)"
+        " iterations (fewest-most), their mean batch and, where recorded, the median over"
+        " runs of a steady decode step: one followed by a decode of the same batch)"
     )
 
 

@@ -479,7 +479,8 @@ def test_switches_of_a_run_are_its_load_transitions_inside_its_window(tmp_path: 
 
 def test_phase_iterations_split_a_run_by_phase_and_summarize_as_one_line() -> None:
     """Each phase's prefill seconds, decode iterations and batch come from the iterations
-    launched inside it; the summary line gives the fewest-most decode iterations over runs."""
+    launched inside it; the summary line gives the fewest-most decode iterations over runs and
+    the median steady decode step."""
     import iters
 
     # [t, kind, bs, extend tokens, queued, running, free KV tokens]; an iteration lasts to the
@@ -497,6 +498,9 @@ def test_phase_iterations_split_a_run_by_phase_and_summarize_as_one_line() -> No
     assert ph[0]["prefill_s"] == pytest.approx(0.5)
     assert ph[0]["decode_n"] == 1 and ph[0]["decode_bs"] == 4
     assert ph[0]["queue_max"] == 3 and ph[0]["free_kv_min"] == 870
+    # the one decode followed by a decode of the same batch: its gap is the steady step
+    assert ph[0]["decode_steady_ms"] == pytest.approx(100.0)
+    assert ph[1]["decode_steady_ms"] is None  # a prefill or a batch change follows each
     assert ph[1]["prefill_s"] == pytest.approx(0.2)
     assert ph[1]["decode_n"] == 1 and ph[1]["running_max"] == 8
     other = [dict(p, decode_n=p["decode_n"] + 2) for p in ph]
@@ -507,8 +511,10 @@ def test_phase_iterations_split_a_run_by_phase_and_summarize_as_one_line() -> No
         [{"phase_iters": ph}, {"phase_iters": other}, {"tok_s": 1.0}],
     )
     assert line is not None
-    assert line.startswith("serve_phase_iters[bursty][nospec]: rps2=prefill 0.5s decode 1-3x bs4 ")
-    assert "rps40=prefill 0.2s decode 1-3x bs8 " in line and "2 runs" in line
+    assert line.startswith(
+        "serve_phase_iters[bursty][nospec]: rps2=prefill 0.5s decode 1-3x bs4 at 100.00 ms "
+    )
+    assert "rps40=prefill 0.2s decode 1-3x bs8 (" in line and "2 runs" in line
     assert iters.phase_line("bursty", "nospec", ["rps2"], [{"phase_iters": ph}]) is None
 
 
