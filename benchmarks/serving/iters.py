@@ -176,13 +176,16 @@ def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
 
 
 def fill_phase_iters(out: Path, runs: list[dict[str, Any]], bounds: dict[str, Any]) -> None:
-    """Give ``phase_iters`` to the runs recorded without it, where ``out/iters/`` holds their
-    server's iteration traces (a results folder's tgz unpacked into it): the specfsm
-    variants share the ``specfsm`` server's (`servers.server_of`). ``bounds``: trace name ->
-    its phase bounds."""
+    """Give ``phase_iters`` to the runs recorded without it or without the steady decode step,
+    where ``out/iters/`` holds their server's iteration traces (a results folder's tgz
+    unpacked into it): the specfsm variants share the ``specfsm`` server's
+    (`servers.server_of`). ``bounds``: trace name -> its phase bounds."""
     cache: dict[Path, list[list[Any]]] = {}
     for r in runs:
-        if "phase_iters" in r or "t0" not in r or r["trace"] not in bounds:
+        have = r.get("phase_iters")
+        if have is not None and all("decode_steady_ms" in p for p in have):
+            continue
+        if "t0" not in r or r["trace"] not in bounds:
             continue
         folder = out / "iters" / server_of(r["server"], SERVERS)
         if not folder.is_dir():

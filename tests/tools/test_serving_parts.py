@@ -535,11 +535,15 @@ def test_runs_recorded_without_phase_iterations_get_them_from_an_unpacked_folder
         {"server": "specfsm_goodput", "trace": "bursty", "t0": 10.0},
         {"server": "nospec", "trace": "bursty", "t0": 10.0},  # no traces of its own here
         {"server": "specfsm_example", "trace": "bursty", "t0": 10.0, "phase_iters": []},
+        # recorded before the steady decode step was: filled again
+        {"server": "specfsm_spec", "trace": "bursty", "t0": 10.0, "phase_iters": [{"x": 1}]},
     ]
     iters.fill_phase_iters(tmp_path, runs, {"bursty": [(0.0, 1.0)]})
     assert runs[0]["phase_iters"][0]["prefill_s"] == pytest.approx(0.4)
     assert runs[0]["phase_iters"][0]["decode_n"] == 1
+    assert runs[0]["phase_iters"][0]["decode_steady_ms"] == pytest.approx(200.0)
     assert "phase_iters" not in runs[1] and runs[2]["phase_iters"] == []
+    assert runs[3]["phase_iters"] == runs[0]["phase_iters"]
 
 
 def test_a_ratio_of_two_or_more_repetitions_carries_the_95_percent_interval_of_its_mean() -> None:
