@@ -30,7 +30,11 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--procs", type=int, default=None, help="client processes")
     ap.add_argument("--phase-pins", default="", help="variant phases: TRACE=MODE,...;...")
     ap.add_argument("--goodput", default=None, help="the specfsm server's goodput policy (JSON)")
-    ap.add_argument("--profile", default=None, help="specfsm's start-up profile config (JSON)")
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="specfsm's start-up profile config (JSON); empty (--profile=): none",
+    )
     ap.add_argument(
         "--shapes-set",
         default="",
