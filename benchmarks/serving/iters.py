@@ -5,7 +5,7 @@ Each iteration's wall time is the gap to the next launch (overlap on: as served)
 iterations (E, M) and decode iterations (D) are summed apart, with the tokens they carried, so
 two servers on the same trace can be compared piece by piece.
 
-Standard library only (and `servers.server_of`).
+Standard library only (and `servers.server_of`, `served_steps.served_steps`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from served_steps import served_steps
 from servers import SERVERS, server_of
 
 
@@ -35,12 +36,9 @@ def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
     if len(rows) < 2:
         return out
     acc: dict[str, list[float]] = {}
-    steady: list[float] = []
     for cur, nxt in itertools.pairwise(rows):
         gap = nxt[0] - cur[0]
         mode = "prefill" if cur[1] in "EM" else "decode" if cur[1] == "D" else "idle"
-        if cur[1] == nxt[1] == "D" and cur[2] == nxt[2]:
-            steady.append(gap)
         a = acc.setdefault(mode, [0, 0.0, 0, 0])
         a[0] += 1
         a[1] += gap
@@ -56,10 +54,11 @@ def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
             "bs_mean": round(bs / n, 1),
             **({"extend_tokens_mean": round(ext / n, 1)} if mode == "prefill" else {}),
         }
-    if steady:
-        # a decode step followed by one of the same batch: no prefill, no request joined or
-        # left between, so its gap is the step as served (overlap on) at that batch
-        out["decode"]["steady_ms_p50"] = round(1e3 * statistics.median(steady), 3)
+    clean = [ms for steps in served_steps([rows]).values() for _, ms in steps]
+    if clean:
+        # a decode launched after two decodes (`served_steps`): no prefill's time lands in its
+        # gap, so the gap is the decode step as served (overlap on)
+        out["decode"]["steady_ms_p50"] = round(statistics.median(clean), 3)
     out["queue_max"] = max(r[4] for r in rows)
     out["running_max"] = max(r[5] for r in rows)
     out["free_kv_min"] = min(r[6] for r in rows)
@@ -150,7 +149,7 @@ def phase_line(t: str, lab: str, names: list[str], runs: list[dict[str, Any]]) -
         + " ".join(parts)
         + f" (info: per phase, {len(per)} runs: seconds in prefill iterations, decode"
         " iterations (fewest-most), their mean batch and, where recorded, the median over"
-        " runs of a steady decode step: one followed by a decode of the same batch)"
+        " runs of a steady decode step: one launched after two decodes, served_steps.py)"
     )
 
 

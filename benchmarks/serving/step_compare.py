@@ -48,7 +48,9 @@ def windows_of(spec: str, runs_path: Path | None) -> Runs:
     """``FILE=SERVER/TRACE@S-E,S-E`` -> the iterations of FILE inside each window, in seconds
     after the start (``t0``) of every run of SERVER on TRACE that ``runs_path`` records: one
     stretch per window and run, so that a gap never bridges two. The way to take one mode's
-    stretches out of a run that switched (where the transition log puts it in PLAIN, say)."""
+    stretches out of a run that switched (where the transition log puts it in PLAIN, say).
+    A window FILE holds no iteration of is left out: a server started twice (``--bracket``)
+    writes one file per start, each holding the runs of its own start."""
     if runs_path is None:
         raise SystemExit(f"{spec}: a run's windows need --runs (the folder's runs.jsonl)")
     path, _, rest = spec.partition("=")
@@ -67,7 +69,10 @@ def windows_of(spec: str, runs_path: Path | None) -> Runs:
     t0s = [r["t0"] for r in runs if r.get("server") == server and r.get("trace") == trace]
     if not t0s:
         raise SystemExit(f"{spec}: {runs_path} holds no run of {server} on {trace} with its t0")
-    return [[x for x in recs if t0 + a <= x[0] < t0 + b] for t0 in t0s for a, b in spans]
+    got = [[x for x in recs if t0 + a <= x[0] < t0 + b] for t0 in t0s for a, b in spans]
+    if not any(got):
+        raise SystemExit(f"{spec}: {path} holds no iteration inside those windows")
+    return [w for w in got if w]
 
 
 def pick(specs: list[str], gap_s: float, runs_path: Path | None = None) -> Runs:
