@@ -177,6 +177,9 @@ def _draft_inputs(batch: Any, next_ids: torch.Tensor) -> torch.Tensor:
     for n in batch.extend_lens:
         at += int(n)
         ends.append(at - 1)
-    ends_dev = torch.tensor(ends, dtype=torch.int64).to(ids.device, non_blocking=True)
+    # from pinned memory on a GPU, as the lag ring's positions (`LagBuffer.record`): this copy
+    # is queued right behind the target prefill, which a pageable copy may wait out
+    pinned = torch.tensor(ends, dtype=torch.int64, pin_memory=ids.is_cuda)
+    ends_dev = pinned.to(ids.device, non_blocking=True)
     new.index_copy_(0, ends_dev, tail)
     return new
