@@ -26,6 +26,7 @@ one's: ``machine19:0 machine19b:2``) and the summary (``serving_bench.py --bed g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import re
@@ -33,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,31 +130,55 @@ def drivers(folder: Path) -> list[str]:
     return sources
 
 
+@contextlib.contextmanager
+def unpacked_iters(folder: Path) -> Iterator[int]:
+    """Every filed driver's per-iteration traces unpacked into ``folder/iters/`` meanwhile (the
+    summary's per-phase figures read them; each server start's file is its own, so the
+    drivers' files sit side by side), removed after; yields how many files."""
+    target = folder / "iters"
+    if target.exists():
+        raise SystemExit(f"{target} exists: the summary would read it as this folder's traces")
+    n = 0
+    try:
+        for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
+            with tarfile.open(tgz, "r:gz") as tf:
+                for m in tf.getmembers():
+                    if m.isfile() and m.name.startswith("iters/") and ".." not in m.name:
+                        data = tf.extractfile(m)
+                        assert data is not None
+                        dest = folder / m.name
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(data.read())
+                        n += 1
+        yield n
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
 def summarize(folder: Path, traces: str, phase_s: float) -> None:
     """Merge every driver filed in ``folder`` into it (references to their request files) and
-    write the folder's summary with the simulator beside it."""
+    write the folder's summary with the simulator beside it, the drivers' per-iteration traces
+    unpacked meanwhile."""
     py = sys.executable
     # the folder's runs.jsonl is the merge of its drivers: written again from all of them
     (folder / "runs.jsonl").unlink(missing_ok=True)
     merge = [py, str(ROOT / "benchmarks/serving/merge.py"), "--refer", "--out", str(folder)]
     subprocess.run([*merge, *drivers(folder)], check=True)
-    subprocess.run(
-        [
-            py,
-            str(ROOT / "benchmarks/serving_bench.py"),
-            "--bed",
-            "gpu",
-            "--summary-only",
-            "--sim",
-            "--traces",
-            traces,
-            "--phase-s",
-            f"{phase_s:g}",
-            "--out",
-            str(folder),
-        ],
-        check=True,
-    )
+    bench = [py, str(ROOT / "benchmarks/serving_bench.py"), "--bed", "gpu", "--summary-only"]
+    with unpacked_iters(folder):
+        subprocess.run(
+            [
+                *bench,
+                "--sim",
+                "--traces",
+                traces,
+                "--phase-s",
+                f"{phase_s:g}",
+                "--out",
+                str(folder),
+            ],
+            check=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

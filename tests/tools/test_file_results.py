@@ -100,3 +100,16 @@ def test_every_driver_of_a_folder_is_merged_with_its_repetitions_numbered_on(
         f"{tmp_path / 'machine19b'}:2",
         f"{tmp_path / 'machine20'}:5",
     ]
+
+
+def test_the_drivers_iteration_traces_are_unpacked_for_the_summary_only(tmp_path: Path) -> None:
+    got, folder = _fetched(tmp_path), tmp_path / "results"
+    file_results.file_results(got, folder, "machine17")
+    with file_results.unpacked_iters(folder) as n:
+        assert n == 1
+        assert (folder / "iters" / "nospec" / "iter-1.jsonl").read_text() == "{}\n"
+    assert not (folder / "iters").exists()  # never left for a commit
+    (folder / "iters").mkdir()  # a folder of its own: not overwritten, not removed
+    with pytest.raises(SystemExit, match="exists"), file_results.unpacked_iters(folder):
+        pass
+    assert (folder / "iters").is_dir()
