@@ -143,10 +143,11 @@ def unpacked_iters(folder: Path) -> Iterator[int]:
         for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
             with tarfile.open(tgz, "r:gz") as tf:
                 for m in tf.getmembers():
-                    if m.isfile() and m.name.startswith("iters/") and ".." not in m.name:
+                    rel = _member_name(m)  # a tgz packed by hand names them ./iters/...
+                    if m.isfile() and rel.startswith("iters/") and ".." not in rel:
                         data = tf.extractfile(m)
                         assert data is not None
-                        dest = folder / m.name
+                        dest = folder / rel
                         dest.parent.mkdir(parents=True, exist_ok=True)
                         dest.write_bytes(data.read())
                         n += 1

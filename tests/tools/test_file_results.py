@@ -105,9 +105,16 @@ def test_every_driver_of_a_folder_is_merged_with_its_repetitions_numbered_on(
 def test_the_drivers_iteration_traces_are_unpacked_for_the_summary_only(tmp_path: Path) -> None:
     got, folder = _fetched(tmp_path), tmp_path / "results"
     file_results.file_results(got, folder, "machine17")
+    by_hand = folder / "machine16"  # a folder packed by hand names its members ./iters/...
+    by_hand.mkdir()
+    with tarfile.open(by_hand / "traces_logs_machine16.tgz", "w:gz") as tf:
+        info = tarfile.TarInfo("./iters/eagle/iter-2.jsonl")
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"[]\n"))
     with file_results.unpacked_iters(folder) as n:
-        assert n == 1
+        assert n == 2
         assert (folder / "iters" / "nospec" / "iter-1.jsonl").read_text() == "{}\n"
+        assert (folder / "iters" / "eagle" / "iter-2.jsonl").read_text() == "[]\n"
     assert not (folder / "iters").exists()  # never left for a commit
     (folder / "iters").mkdir()  # a folder of its own: not overwritten, not removed
     with pytest.raises(SystemExit, match="exists"), file_results.unpacked_iters(folder):
