@@ -19,8 +19,9 @@ second driver of the same folder): the lines of each server log the summary and 
 read (``LINES``), the rest staying in the tgz. With ``--merge`` it then runs ``merge.py
 --refer --out FOLDER`` on every driver filed in the folder (each sub-folder with a
 ``runs.jsonl``, in the order they started, each one's repetitions numbered on from the last
-one's: ``machine19:0 machine19b:2``) and the summary (``serving_bench.py --bed gpu
---summary-only --sim``) on the traces named. A folder that already holds ``NAME/`` is refused.
+one's: ``machine19:0 machine19b:2``; a driver measured apart belongs in a folder of its own)
+and the summary (``serving_bench.py --bed gpu --summary-only --sim``) on the traces named. A
+folder that already holds ``NAME/`` is refused.
 """
 
 from __future__ import annotations
