@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "serving"))
+from summary import next_rep  # noqa: E402  (the serving benchmark's modules, as merge.py's)
 
 #: the server-log lines a results folder keeps beside the tgz: the launch arguments, long
 #: collections and /freeze_gc (serve_long_gc), the plugin's lines, draft-state builds, graph
@@ -119,10 +121,9 @@ def drivers(folder: Path) -> list[str]:
     (two drivers of two and three repetitions: ``A:0`` and ``B:2``)."""
     found: list[tuple[str, Path, int]] = []
     for runs in folder.glob("*/runs.jsonl"):
-        rows = [json.loads(x) for x in runs.read_text().splitlines() if x.strip()]
-        started = next((str(r["started"]) for r in rows if "started" in r), "")
-        reps = [int(r["rep"]) for r in rows if "rep" in r]
-        found.append((started, runs.parent, max(reps, default=-1) + 1))
+        with open(runs) as fh:
+            head = json.loads(fh.readline())  # a driver's header: when it started
+        found.append((str(head.get("started", "")), runs.parent, next_rep(runs)))
     sources: list[str] = []
     offset = 0
     for _, sub, count in sorted(found, key=lambda f: (f[0], f[1].name)):
@@ -167,20 +168,9 @@ def summarize(folder: Path, traces: str, phase_s: float) -> None:
     merge = [py, str(ROOT / "benchmarks/serving/merge.py"), "--refer", "--out", str(folder)]
     subprocess.run([*merge, *drivers(folder)], check=True)
     bench = [py, str(ROOT / "benchmarks/serving_bench.py"), "--bed", "gpu", "--summary-only"]
+    bench += ["--sim", "--traces", traces, "--phase-s", f"{phase_s:g}", "--out", str(folder)]
     with unpacked_iters(folder):
-        subprocess.run(
-            [
-                *bench,
-                "--sim",
-                "--traces",
-                traces,
-                "--phase-s",
-                f"{phase_s:g}",
-                "--out",
-                str(folder),
-            ],
-            check=True,
-        )
+        subprocess.run(bench, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
