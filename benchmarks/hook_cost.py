@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "serving"))
+from ratios import mean_spread  # noqa: E402  (the serving benchmark's repetitions)
+
 POLICY = {"name": "threshold", "high": 1000, "low": 999}
 
 
@@ -93,8 +96,7 @@ def main() -> int:
         eng.shutdown()
     if not per_fwd:
         return 1
-    mean = statistics.fmean(per_fwd)
-    spread = (max(per_fwd) - min(per_fwd)) / mean
+    mean, spread = mean_spread(per_fwd)
     print(
         f"hook_us_per_forward: {mean:.1f} (rounds {', '.join(f'{x:.1f}' for x in per_fwd)}; "
         f"spread {spread:.1%}) (CPU engine, this machine)"
