@@ -29,10 +29,11 @@ def test_hooks_are_timed_without_the_sglang_call_they_wrap(tmp_path: Path) -> No
     def after(result: Any, *args: Any) -> None:
         return None
 
-    hooks = SimpleNamespace(**{name: after for name, around_ in _shim().HOOKS if not around_})
+    shim = _shim()
+    hooks = SimpleNamespace(**{name: after for name, around_ in shim.HOOKS if not around_})
     hooks._around_forward = around
     hooks._around_resolve_tokens = around
-    acc = _shim().install(hooks, str(tmp_path))
+    acc = shim.install(hooks, str(tmp_path))
 
     def slow_sglang_call(x: int) -> int:
         time.sleep(0.05)
