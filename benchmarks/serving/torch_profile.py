@@ -23,6 +23,9 @@ itself after them and writes ``<label>-<id>-TP-<rank>.trace.json.gz`` into the d
   the host time from the prefill's start to the next decode's end (median), ``gpu_us`` the
   time of their GPU ops (sum, mean), ops per kind; ``prefill_kernels`` the ops by name per
   prefill, so two servers' per-prefill work can be told apart op by op.
+- host calls: the CUDA runtime and driver calls made in those iterations, by name, with their
+  count and host time per steady decode step (``decode_host``) and per prefill with its decode
+  (``prefill_host``): a synchronize or an allocation the host waits in shows up there.
 
 The profiler's own launch overhead lengthens host gaps: idle under it is an upper bound.
 Standard library only.
@@ -197,6 +200,20 @@ def _covered(merged: list[list[float]], heads: list[float], a: float, b: float) 
     return total
 
 
+def _host_calls(
+    host: list[tuple[float, float, str]], it: Callable[[float], int], ks: set[int], div: int
+) -> dict[str, list[float]]:
+    """The host calls made in iterations ``ks``, by name: [count, us] per ``div``, by time."""
+    table: dict[str, list[float]] = {}
+    for ts, dur, name in host:
+        if it(ts) in ks:
+            row = table.setdefault(name, [0.0, 0.0])
+            row[0] += 1
+            row[1] += dur
+    by = sorted(table.items(), key=lambda kv: -kv[1][1])
+    return {nm: [round(r[0] / div, 3), round(r[1] / div, 3)] for nm, r in by}
+
+
 def _stats(xs: dict[str, list[float]]) -> dict[str, float | None]:
     return {k: round(statistics.fmean(v), 3) if v else None for k, v in xs.items()}
 
@@ -207,6 +224,7 @@ def report(trace_dir: Path) -> dict[str, Any]:
     per step, and GPU ops by name per step, in and outside CUDA graphs."""
     files, ops, marks = _traces(trace_dir), [], []
     calls: dict[int, tuple[float, bool]] = {}  # correlation id -> (CPU ts, a graph launch)
+    host: list[tuple[float, float, str]] = []  # runtime / driver calls: (CPU ts, dur, name)
     for ev in (e for p in files for e in _load(p)):
         cat, name, args = str(ev.get("cat", "")).lower(), str(ev.get("name", "")), ev.get("args")
         args, ts, dur = args or {}, float(ev.get("ts", 0.0)), float(ev.get("dur", 0.0))
@@ -214,9 +232,11 @@ def report(trace_dir: Path) -> dict[str, Any]:
             corr = int(args.get("correlation", -1))
             graph = any(args.get(k) not in (None, 0, -1, "", "0") for k in GRAPH_ARGS)
             ops.append(Op(ts, ts + dur, name[:160], GPU_KINDS[cat], corr, graph))
-        elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
-            launch = name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
-            calls[int(args["correlation"])] = (ts, launch)
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            host.append((ts, dur, name[:160]))
+            if "correlation" in args:
+                launch = name.startswith(("cudaGraphLaunch", "cuGraphLaunch"))
+                calls[int(args["correlation"])] = (ts, launch)
         elif not cat.startswith("gpu") and (name == "scheduler.run_batch" or name[:5] == "step["):
             marks.append((ts, name))
     graph_cpu = sorted(ts for ts, g in calls.values() if g)
@@ -308,6 +328,8 @@ def report(trace_dir: Path) -> dict[str, Any]:
     out |= {"ops": {k: round(v / div, 3) for k, v in sorted(kinds.items())}}
     out |= {"prefill": {k: round(v, 3) for k, v in prefill.items()}}
     out |= {"prefill_kernels": {nm: [round(x / pdiv, 3) for x in r] for nm, r in p_by}}
+    out |= {"decode_host": _host_calls(host, it, sset, div)}
+    out |= {"prefill_host": _host_calls(host, it, pre | {k + 1 for k in pre}, pdiv)}
     return out | {"kernels": {name: [round(x / div, 3) for x in r] for name, r in by_time}}
 
 
@@ -371,10 +393,17 @@ def diff_lines(
             f"#   {gap(name):+8.1f} us ({ra[1] + ra[3]:.1f} vs {rb[1] + rb[3]:.1f}; n "
             f"{ra[0] + ra[2]:.2f} vs {rb[0] + rb[2]:.2f}; {wa}/{wb}) {name}"
         )
-    pa, pb = a.get("prefill_kernels", {}), b.get("prefill_kernels", {})
-    if pa and pb:
-        out.append(f"# per prefill + next decode, {a_label} - {b_label}, top {top} by time:")
-        z2 = [0.0, 0.0]
+    tables = (
+        ("prefill_kernels", "per prefill + next decode"),
+        ("prefill_host", "host calls per prefill + next decode"),
+        ("decode_host", "host calls per steady decode step"),
+    )
+    z2 = [0.0, 0.0]
+    for key, what in tables:
+        pa, pb = a.get(key, {}), b.get(key, {})
+        if not (pa and pb):
+            continue
+        out.append(f"# {what}, {a_label} - {b_label}, top {top} by time:")
         by = sorted({**pa, **pb}, key=lambda k: -abs(pa.get(k, z2)[1] - pb.get(k, z2)[1]))
         for name in by[:top]:
             ra, rb = pa.get(name, z2), pb.get(name, z2)

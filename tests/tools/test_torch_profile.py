@@ -146,12 +146,16 @@ def test_diff_lines_name_the_extra_kernel(tmp_path: Path) -> None:
     assert "outside_us 90.0 vs 50.0 (+40.0)" in out[3]
     assert out[4].split()[1:3] == ["+40.0", "us"] and out[4].endswith("copy_hidden")
     assert "out/-" in out[4]
-    assert len(out) == 6
+    # no prefill in a's and b's windows is followed by a decode: only the decode host calls
+    assert out[6] == "# host calls per steady decode step, specfsm_plain - nospec, top 2 by time:"
+    assert out[7].split()[1] == "+4.0" and out[7].endswith("cuLaunchKernel")
+    assert len(out) == 9
 
 
-def prefill_then_decodes(store_us: float) -> list[dict[str, Any]]:
+def prefill_then_decodes(store_us: float, malloc_us: float = 0.0) -> list[dict[str, Any]]:
     """Two decodes, an EXTEND at CPU time 2000 (a 2000 us prefill kernel and, with
-    `store_us`, one more kernel: a store's copy), then three decodes."""
+    `store_us`, one more kernel: a store's copy; with `malloc_us`, a host allocation of that
+    long), then three decodes."""
     ev = [e for k in (0, 1) for e in decode_iter(k)]
     ev += [
         x("user_annotation", "scheduler.run_batch", 2000, 300),
@@ -162,6 +166,8 @@ def prefill_then_decodes(store_us: float) -> list[dict[str, Any]]:
     if store_us:
         ev.append(x("cuda_runtime", "cudaLaunchKernel", 2040, 4, correlation=701))
         ev.append(x("kernel", "store_clone", 4040, store_us, correlation=701, stream=7))
+    if malloc_us:
+        ev.append(x("cuda_runtime", "cudaMalloc", 2050, malloc_us))
     for k in (3, 4, 5):  # the decodes after it
         ev += decode_iter(k)
     return ev
@@ -180,6 +186,26 @@ def test_prefill_and_the_decode_after_it_are_one_unit(tmp_path: Path) -> None:
     assert any("gpu_us 3060.0 vs 2760.0 (+300.0)" in ln for ln in out)
     i = out.index("# per prefill + next decode, specfsm_plain - nospec, top 2 by time:")
     assert out[i + 1].split()[1] == "+300.0" and out[i + 1].endswith("store_clone")
+
+
+def test_host_calls_per_prefill_and_per_decode_step(tmp_path: Path) -> None:
+    write(tmp_path / "a", prefill_then_decodes(0.0, malloc_us=4000.0), False)
+    write(tmp_path / "b", prefill_then_decodes(0.0), False)
+    a, b = torch_profile.report(tmp_path / "a"), torch_profile.report(tmp_path / "b")
+    # the prefill's two calls, the next decode's three; a steady step's three
+    assert a["prefill_host"]["cudaMalloc"] == [1.0, 4000.0]
+    assert b["prefill_host"] == {
+        "cudaGraphLaunch": [1.0, 8.0],
+        "cudaLaunchKernel": [2.0, 8.0],
+        "cudaMemcpyAsync": [1.0, 4.0],
+    }
+    assert (
+        a["decode_host"]["cudaGraphLaunch"] == [1.0, 8.0] and "cudaMalloc" not in a["decode_host"]
+    )
+    out = torch_profile.diff_lines("specfsm_plain", a, "nospec", b, top=1)
+    i = out.index("# host calls per prefill + next decode, specfsm_plain - nospec, top 1 by time:")
+    assert out[i + 1].split()[1] == "+4000.0" and out[i + 1].endswith("cudaMalloc")
+    assert "# host calls per steady decode step, specfsm_plain - nospec, top 1 by time:" in out
 
 
 def free_port() -> int:
