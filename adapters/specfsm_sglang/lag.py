@@ -165,7 +165,8 @@ class PromptStore:
     Each chunk is a copy of the target's hidden states of those positions (EAGLE-3: the
     auxiliary layers' states) and the draft's input tokens, so the store costs ``budget x
     LagBuffer.token_bytes(width, dtype)`` bytes at most. Entries whose request left its slot
-    (finished, aborted, retracted) are reclaimed when room is needed, and counted as dropped.
+    (finished, aborted, retracted) are reclaimed at each prefill and when room is needed, and
+    counted as dropped.
     """
 
     def __init__(self, budget: int, stats: LagStats) -> None:

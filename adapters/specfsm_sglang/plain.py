@@ -302,15 +302,13 @@ class ZeroTaxPlain:
     # ---------------------------------------------------------------- bookkeeping
     def note_prefill(self, batch: Any) -> None:
         """A prefill (or mixed) forward ran, with SGLang's draft prefill or the deferred one:
-        its requests' lag starts at zero, and a slot's stored prompt of an earlier request is
-        dropped."""
-        rows: list[int] = []
-        for req in batch.reqs:
-            row = compat.req_pool_idx(req)
-            if row is not None:
-                rows.append(row)
-                if self.store:
-                    self.store.owned(row, req)
+        its requests' lag starts at zero, and the stored prompts of requests that left their
+        slot (a slot's earlier request among them) are dropped. Dropped here rather than when
+        the store fills: SGLang hands slots out first-in first-out, so a finished request's
+        entry would otherwise hold its device memory until every other slot had been used."""
+        if self.store:
+            self.store.reclaim()
+        rows = [r for r in map(compat.req_pool_idx, batch.reqs) if r is not None]
         self.lag.reset(rows)
 
     # ---------------------------------------------------------------- RESYNCING
