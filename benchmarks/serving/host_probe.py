@@ -37,6 +37,8 @@ from typing import Any
 
 #: seconds between samples
 PERIOD_S = 0.1
+#: two runs whose loop medians are within this share of each other ran on a host of one speed
+MATCH = 0.05
 #: iterations of the fixed loop (about 1 ms on a 3 GHz core)
 LOOP_N = 20_000
 
@@ -156,6 +158,18 @@ def baselines(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
         if r.get("host"):
             by.setdefault(str(r.get("source", "")), []).append(float(r["host"]["loop_ms_p50"]))
     return {k: _median(v) for k, v in by.items()}
+
+
+def matched_reps(
+    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], tol: float = MATCH
+) -> set[int]:
+    """The repetitions whose runs of ``a`` and of ``b`` both sampled the host and found its
+    loop within ``tol`` of each other. A speculative server's step at small batch is host-bound
+    (its GPU idles between the draft, verify and extend launches), so its tokens per second
+    follow the host's speed; a ratio over these repetitions is not moved by it."""
+    la = {r["rep"]: float(r["host"]["loop_ms_p50"]) for r in a if r.get("host")}
+    lb = {r["rep"]: float(r["host"]["loop_ms_p50"]) for r in b if r.get("host")}
+    return {i for i in la.keys() & lb.keys() if lb[i] and abs(la[i] / lb[i] - 1) <= tol}
 
 
 def line(

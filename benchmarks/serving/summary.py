@@ -249,6 +249,19 @@ def _drained_lines(t: str, by: dict[tuple[str, str], list[dict[str, Any]]]) -> l
     return lines
 
 
+def _host_matched_line(name: str, ra: list[dict[str, Any]], rb: list[dict[str, Any]]) -> list[str]:
+    """A goal's ratio over the repetitions whose two runs (``ra``'s server's and ``rb``'s) saw
+    the host at one speed (`host_probe.matched_reps`), where some did not; none where a run
+    did not sample the host (info: the goal's own line is the judged one)."""
+    ta, tb = ({r["rep"]: float(r["tok_s"]) for r in rs} for rs in (ra, rb))
+    keep, shared = host_probe.matched_reps(ra, rb), set(ta) & set(tb)
+    if keep == shared or not all(r.get("host") for r in ra + rb):
+        return []
+    sub = [{i: v for i, v in d.items() if i in keep} for d in (ta, tb)]
+    why = f"reps {sorted(keep)} of {sorted(shared)}: host loops within {host_probe.MATCH:.0%}"
+    return [ratio_line(name, sub[0], sub[1], "none: info") + f" ({why})"]
+
+
 def summarize(
     runs_path: Path,
     traces: dict[str, Trace],
@@ -345,6 +358,7 @@ def summarize(
         for name, (a, b, goal) in GOALS.items():
             if a in tok and b in tok:
                 lines.append(ratio_line(f"{name}[{t}]", tok[a], tok[b], goal))
+                lines += _host_matched_line(f"{name}_host_matched[{t}]", by[(a, t)], by[(b, t)])
         for name, (a, b) in INFO.items():
             if a in tok and b in tok:
                 lines.append(ratio_line(f"{name}[{t}]", tok[a], tok[b], "none: measured"))

@@ -1,7 +1,8 @@
 """The serving benchmark's server-side parts: the start-up profile kept with a run, the shapes
 example as a server of its own, a server that starts again on another port when its port was
 taken, a merge that refers to its sources' requests and keeps a failed start, the host probe
-beside the servers, the GPU bed's memory fraction and the shapes example's overrides."""
+beside the servers and the goal ratios over runs on a host of one speed, the GPU bed's memory
+fraction and the shapes example's overrides."""
 
 from __future__ import annotations
 
@@ -226,6 +227,26 @@ def test_the_host_probe_samples_beside_the_servers(tmp_path: Path) -> None:
     text = host_probe.line("light", "nospec", runs, base)
     assert text is not None and "rep 3 loop" in text and "(1.30x the machine's)" in text
     assert host_probe.line("light", "nospec", [{"rep": 4}]) is None
+
+
+def test_a_goal_ratio_over_the_repetitions_run_on_a_host_of_one_speed() -> None:
+    """Where a pair's two runs found the host's loop more than 5% apart, the goal's ratio is
+    also given over the other pairs (info); where every pair matches, no such line."""
+    import host_probe
+
+    def run(server: str, rep: int, tok_s: float, loop: float) -> dict[str, object]:
+        return {"server": server, "rep": rep, "tok_s": tok_s, "host": {"loop_ms_p50": loop}}
+
+    spec = [run("specfsm_spec", 0, 785.0, 2.35), run("specfsm_spec", 1, 815.0, 2.30)]
+    stock = [run("eagle", 0, 862.0, 1.99), run("eagle", 1, 839.0, 2.34)]
+    assert host_probe.matched_reps(spec, stock) == {1}
+    (line,) = summary._host_matched_line(
+        "serve_spec_vs_stock_server_host_matched[light]", spec, stock
+    )
+    assert line.startswith("serve_spec_vs_stock_server_host_matched[light]: 0.971 (reps 0.971;")
+    assert line.endswith("(goal none: info) (reps [1] of [0, 1]: host loops within 5%)")
+    assert summary._host_matched_line("x", spec[1:], stock[1:]) == []
+    assert summary._host_matched_line("x", [{**r, "host": None} for r in spec], stock) == []
 
 
 def test_a_merge_keeps_a_server_that_failed_to_start(tmp_path: Path) -> None:
