@@ -402,3 +402,36 @@ def sync_free_prefill_tail(module: Any = None) -> bool:
     tail_tokens.__wrapped__ = orig  # type: ignore[attr-defined]
     module._eagle_prefill_tail_tokens = tail_tokens
     return True
+
+
+#: SGLang 0.5.17's overlap scheduler: the event a forward records once it has read the shared
+#: buffers (req_to_token, SWA); absent in 0.5.23
+READ_DONE = "war_fastpath_read_done_event"
+
+
+def clear_read_done(model_runner: Any) -> bool:
+    """Forget ``model_runner``'s read-done event before a forward, so one found after it was
+    recorded by that forward; False where this SGLang has no such event."""
+    if not hasattr(model_runner, READ_DONE):
+        return False
+    setattr(model_runner, READ_DONE, None)
+    return True
+
+
+def hand_over_read_done(worker: Any, model_runner: Any) -> None:
+    """Give the scheduler the read-done event ``model_runner``'s forward just recorded.
+
+    After each launch SGLang 0.5.17's scheduler orders its own stream (the next batch's
+    preparation, the last batch's result processing) behind the read-done event of
+    ``worker.war_fastpath_runner``, else behind the whole forward; each forward starts after
+    that stream's work. A speculative worker's runner is the draft's, whose draft-extend
+    records the event; a PLAIN step runs no draft-extend, but its target DECODE graph records
+    one on the target runner at the pre-replay snapshot, as it does on a server without a
+    draft. Handed over, the next batch's preparation overlaps the PLAIN step's replay as it
+    does on that server, instead of queueing between two forwards."""
+    ev = getattr(model_runner, READ_DONE, None)
+    runner = getattr(worker, "war_fastpath_runner", None)
+    if ev is None or runner is None or runner is model_runner:
+        return
+    setattr(model_runner, READ_DONE, None)
+    setattr(runner, READ_DONE, ev)

@@ -235,9 +235,15 @@ class ZeroTaxPlain:
             # before the forward, so publish them first and let the overlapped scheduler plan
             # the next batch while this one decodes (a verify can publish only after it ran)
             on_publish(new_seq_lens)
+        tmr = w._target_worker.model_runner
+        # a RESYNCING step's catch-up reads req_to_token after the target forward: the
+        # scheduler waits for the whole step then, as SGLang's own draft-extend makes it
+        hand_over = not resync and compat.clear_read_done(tmr)
         out = w._target_worker.forward_batch_generation(
             fb, capture_hidden_mode=CaptureHiddenMode.LAST
         )
+        if hand_over:
+            compat.hand_over_read_done(w, tmr)
         next_ids = out.next_token_ids
         hidden = out.logits_output.hidden_states
         if hidden is None or hidden.shape[-1] != self.lag.width:
