@@ -5,6 +5,7 @@
 
 ``DIR`` holds what ``run_on_device.sh wait`` copies out of the driver's mirror:
 ``runs.jsonl``, ``serving_summary.txt`` (once the driver is done), ``serving_results.tgz``
+(over 15 MiB, in parts: ``serving_results.tgz.partaa``, ``...ab``, joined here)
 and the driver's log (``sv_drive.log``). The script writes ``FOLDER/NAME/``:
 
 - ``runs.jsonl`` and ``serving_summary.txt`` as the machine wrote them;
@@ -57,15 +58,27 @@ def _member_name(m: tarfile.TarInfo) -> str:
     return m.name[2:] if m.name.startswith("./") else m.name
 
 
+def _results_tgz(fetched: Path) -> bytes | None:
+    """The driver's ``serving_results.tgz``: whole, or joined from the parts a wait call split
+    it into (``.part*``: a call brings back files of up to 16 MiB)."""
+    whole = fetched / "serving_results.tgz"
+    if whole.is_file():
+        return whole.read_bytes()
+    parts = sorted(fetched.glob("serving_results.tgz.part*"))
+    return b"".join(p.read_bytes() for p in parts) if parts else None
+
+
 def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = False) -> list[str]:
     """Write ``folder/name/`` and the kept server-log lines; one line per thing written."""
     dest = folder / name
     if dest.exists():
         raise SystemExit(f"{dest} exists: a second driver takes a name of its own")
-    tgz = fetched / "serving_results.tgz"
-    for need in ("runs.jsonl", "serving_results.tgz"):
-        if not (fetched / need).is_file():
-            raise SystemExit(f"{fetched} holds no {need}: not what a wait call brings back")
+    tgz = _results_tgz(fetched)
+    if not (fetched / "runs.jsonl").is_file() or tgz is None:
+        raise SystemExit(
+            f"{fetched} holds no runs.jsonl or serving_results.tgz (whole or in parts): not "
+            "what a wait call brings back"
+        )
     dest.mkdir(parents=True)
     said = []
     for own in _OWN:
@@ -82,7 +95,10 @@ def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = Fal
     logs_dir.mkdir(exist_ok=True)
     rest = io.BytesIO()
     n_req = n_rest = 0
-    with tarfile.open(tgz, "r:gz") as src, tarfile.open(fileobj=rest, mode="w:gz") as out:
+    with (
+        tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as src,
+        tarfile.open(fileobj=rest, mode="w:gz") as out,
+    ):
         for m in src.getmembers():
             rel = _member_name(m)
             if not m.isfile() or rel in _OWN:

@@ -72,9 +72,23 @@ def test_a_fetched_driver_is_filed(tmp_path: Path) -> None:
     assert (folder / "second" / "server_nospec_lines.log").read_text() == "\n".join(kept) + "\n"
 
 
+def test_a_tgz_that_came_back_in_parts_is_joined(tmp_path: Path) -> None:
+    got = _fetched(tmp_path)
+    whole = (got / "serving_results.tgz").read_bytes()
+    (got / "serving_results.tgz").unlink()
+    cut = len(whole) // 2  # as `split -b` cuts: anywhere
+    (got / "serving_results.tgz.partaa").write_bytes(whole[:cut])
+    (got / "serving_results.tgz.partab").write_bytes(whole[cut:])
+    file_results.file_results(got, tmp_path / "results", "machine20")
+    sub = tmp_path / "results" / "machine20"
+    assert (sub / "requests" / "nospec_day_rep0.jsonl.gz").read_bytes() == b"gz"
+    with tarfile.open(sub / "traces_logs_machine20.tgz") as tf:
+        assert sorted(tf.getnames()) == ["iters/nospec/iter-1.jsonl", "logs/server_nospec.log"]
+
+
 def test_a_folder_without_the_driver_s_results_is_refused(tmp_path: Path) -> None:
     (tmp_path / "runs.jsonl").write_text("{}\n")
-    with pytest.raises(SystemExit, match=r"holds no serving_results\.tgz"):
+    with pytest.raises(SystemExit, match=r"holds no runs\.jsonl or serving_results\.tgz"):
         file_results.file_results(tmp_path, tmp_path / "results", "m")
     with pytest.raises(SystemExit):
         file_results.main(["--fetched", str(tmp_path), "--folder", "x", "--name", "m", "--merge"])

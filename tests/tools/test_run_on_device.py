@@ -1,6 +1,7 @@
-"""benchmarks/gpu/run_on_device.sh's `detach` stage, on this machine with stages that need no
-GPU: the driver outlives the call, the call returns as soon as the driver's log says it is done
-and brings its log and results back, and a second driver is refused while the first runs."""
+"""benchmarks/gpu/run_on_device.sh's `detach` and `wait` stages, on this machine with stages
+that need no GPU: the driver outlives the call, the call returns as soon as the driver's log
+says it is done and brings its log and results back (a results tgz too large for one file in
+parts), and a second driver is refused while the first runs."""
 
 from __future__ import annotations
 
@@ -65,3 +66,19 @@ def test_no_driver_is_detached_while_a_serving_benchmark_runs(tmp_path: Path) ->
         running.wait()
     assert "a serving benchmark is running on this machine" in got.stdout, got.stdout
     assert not (tmp_path / "drive.log").exists()
+
+
+def test_a_results_tgz_over_15_mib_comes_back_in_parts(tmp_path: Path) -> None:
+    (tmp_path / "mirror").mkdir()
+    data = os.urandom(1 << 20) * 17  # 17 MiB: a call brings back files of up to 16 MiB
+    (tmp_path / "mirror" / "serving_results.tgz").write_bytes(data)
+    (tmp_path / "drive.log").write_text("[run_on_device +9s] all stages done\n")
+    got = _call(tmp_path, "", "wait")
+    assert got.returncode == 0, got.stderr
+    assert "split into 2 parts of 15 MiB" in got.stdout, got.stdout
+    out = tmp_path / "out"
+    assert not (out / "serving_results.tgz").exists()
+    parts = sorted(out.glob("serving_results.tgz.part*"))
+    assert [p.name[-2:] for p in parts] == ["aa", "ab"]
+    assert b"".join(p.read_bytes() for p in parts) == data
+    assert (tmp_path / "mirror" / "serving_results.tgz").stat().st_size == len(data)
