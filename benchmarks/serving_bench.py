@@ -40,6 +40,7 @@ import phase_pins
 import summary
 import sync_report
 import torch_profile
+import torch_profile_window
 import traces
 from launch import CPU_GOODPUT, GPU_GOODPUT, shapes_config, shapes_launch
 from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
@@ -163,7 +164,7 @@ def run_server(
                     sync_report.window(args, srv, var, label, tr, out, prepare, Server.warm, say)
                     mirror(args, out)
         if args.torch_profile and last:  # after the measured runs: torch-profiler windows
-            torch_profile.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
+            torch_profile_window.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")

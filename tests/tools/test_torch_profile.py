@@ -1,6 +1,7 @@
-"""The torch-profiler window's report on small synthetic chrome traces (plain and gzipped): steps
-found from the scheduler's spans, graph vs non-graph kernels, busy and idle per step, the
-comparison of two reports; and the window's HTTP side against a fake server (no SGLang)."""
+"""The torch-profiler window's report (`torch_profile`) on small synthetic chrome traces (plain
+and gzipped): steps found from the scheduler's spans, graph vs non-graph kernels, busy and idle
+per step, the host calls, the comparison of two reports; and the window's HTTP side
+(`torch_profile_window`) against a fake server (no SGLang)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "ser
 
 import client
 import torch_profile
+import torch_profile_window
 import traces
 
 
@@ -218,7 +220,7 @@ def test_window_returns_none_when_the_server_refuses(tmp_path: Path) -> None:
     tr = traces.builtin("cpu", 1.0)["light"]
     t = time.monotonic()
     url = f"http://127.0.0.1:{free_port()}"
-    assert torch_profile.window(url, tmp_path, "nospec", tr, 1, 1.0, 5, 1) is None
+    assert torch_profile_window.window(url, tmp_path, "nospec", tr, 1, 1.0, 5, 1) is None
     assert time.monotonic() - t < 5.0
 
 
@@ -264,8 +266,9 @@ def test_windows_against_a_fake_server(tmp_path: Path, monkeypatch: pytest.Monke
         prep = lambda s, var, a: calls.append(f"prepare {var}")  # noqa: E731
         mirror = lambda a, out: calls.append("mirror")  # noqa: E731
         box = SimpleNamespace(url=url)
-        torch_profile.run_windows(args, box, "nospec", [""], tr, tmp_path, prep, mirror)
-        torch_profile.run_windows(args, box, "specfsm", ["plain"], tr, tmp_path, prep, mirror)
+        windows = torch_profile_window.run_windows
+        windows(args, box, "nospec", [""], tr, tmp_path, prep, mirror)
+        windows(args, box, "specfsm", ["plain"], tr, tmp_path, prep, mirror)
     finally:
         srv.shutdown()
     assert calls == ["prepare ", "mirror", "prepare plain", "mirror"]
