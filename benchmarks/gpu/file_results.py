@@ -21,8 +21,9 @@ read (``LINES``), the rest staying in the tgz. With ``--merge`` it then runs ``m
 --refer --out FOLDER`` on every driver filed in the folder (each sub-folder with a
 ``runs.jsonl``, in the order they started, each one's repetitions numbered on from the last
 one's: ``machine19:0 machine19b:2``; a driver measured apart belongs in a folder of its own)
-and the summary (``serving_bench.py --bed gpu --summary-only --sim``) on the traces named. A
-folder that already holds ``NAME/`` is refused.
+and the summary (``serving_bench.py --bed gpu --summary-only --sim``) on the traces named,
+with the drivers' per-iteration traces and profiler reports unpacked meanwhile. A folder that
+already holds ``NAME/`` is refused.
 """
 
 from __future__ import annotations
@@ -131,38 +132,58 @@ def file_results(fetched: Path, folder: Path, name: str, logs_beside: bool = Fal
     return said
 
 
+def _started(p: Path) -> tuple[str, str]:
+    """The start of the driver whose folder holds ``p`` (its ``runs.jsonl`` header; "" where it
+    has none) and the folder's name: what a folder's drivers are ordered by."""
+    runs, started = p.parent / "runs.jsonl", ""
+    if runs.is_file():
+        with open(runs) as fh:
+            started = str(json.loads(fh.readline()).get("started", ""))
+    return started, p.parent.name
+
+
 def drivers(folder: Path) -> list[str]:
     """The merge sources of every driver filed in `folder`: ``DIR:OFFSET``, in the order the
     drivers started, each one's repetitions numbered on from the last repetition before it
     (two drivers of two and three repetitions: ``A:0`` and ``B:2``)."""
-    found: list[tuple[str, Path, int]] = []
-    for runs in folder.glob("*/runs.jsonl"):
-        with open(runs) as fh:
-            head = json.loads(fh.readline())  # a driver's header: when it started
-        found.append((str(head.get("started", "")), runs.parent, next_rep(runs)))
     sources: list[str] = []
     offset = 0
-    for _, sub, count in sorted(found, key=lambda f: (f[0], f[1].name)):
-        sources.append(f"{sub}:{offset}")
-        offset += count
+    for runs in sorted(folder.glob("*/runs.jsonl"), key=_started):
+        sources.append(f"{runs.parent}:{offset}")
+        offset += next_rep(runs)
     return sources
 
 
+#: the folders of the drivers' traces the summary reads: per-iteration traces (each server
+#: start's file its own, so the drivers' files sit side by side) and the profiler's reports
+SUMMARY_READS = ("iters", "torch_profile")
+
+
+def _read_by_summary(rel: str) -> bool:
+    if ".." in rel:
+        return False
+    if rel.startswith("iters/"):
+        return True
+    # the profiler's reports, not its traces (torch_profile/<label>/*.trace.json.gz)
+    return rel.startswith("torch_profile/") and rel.count("/") == 1 and rel.endswith(".json")
+
+
 @contextlib.contextmanager
-def unpacked_iters(folder: Path) -> Iterator[int]:
-    """Every filed driver's per-iteration traces unpacked into ``folder/iters/`` meanwhile (the
-    summary's per-phase figures read them; each server start's file is its own, so the
-    drivers' files sit side by side), removed after; yields how many files."""
-    target = folder / "iters"
-    if target.exists():
-        raise SystemExit(f"{target} exists: the summary would read it as this folder's traces")
+def unpacked_traces(folder: Path) -> Iterator[int]:
+    """What the summary reads of every filed driver's traces (`SUMMARY_READS`: a later
+    driver's profiler report of a label over an earlier one's) unpacked into ``folder``
+    meanwhile, removed after; yields how many files."""
+    targets = [folder / d for d in SUMMARY_READS]
+    for target in targets:
+        if target.exists():
+            raise SystemExit(f"{target} exists: the summary would read it as this folder's")
     n = 0
     try:
-        for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
+        for tgz in sorted(folder.glob("*/traces_logs_*.tgz"), key=_started):
             with tarfile.open(tgz, "r:gz") as tf:
                 for m in tf.getmembers():
                     rel = _member_name(m)  # a tgz packed by hand names them ./iters/...
-                    if m.isfile() and rel.startswith("iters/") and ".." not in rel:
+                    if m.isfile() and _read_by_summary(rel):
                         data = tf.extractfile(m)
                         assert data is not None
                         dest = folder / rel
@@ -171,13 +192,14 @@ def unpacked_iters(folder: Path) -> Iterator[int]:
                         n += 1
         yield n
     finally:
-        shutil.rmtree(target, ignore_errors=True)
+        for target in targets:
+            shutil.rmtree(target, ignore_errors=True)
 
 
 def summarize(folder: Path, traces: str, phase_s: float) -> None:
     """Merge every driver filed in ``folder`` into it (references to their request files) and
     write the folder's summary with the simulator beside it, the drivers' per-iteration traces
-    unpacked meanwhile."""
+    and profiler reports unpacked meanwhile."""
     py = sys.executable
     # the folder's runs.jsonl is the merge of its drivers: written again from all of them
     (folder / "runs.jsonl").unlink(missing_ok=True)
@@ -185,7 +207,7 @@ def summarize(folder: Path, traces: str, phase_s: float) -> None:
     subprocess.run([*merge, *drivers(folder)], check=True)
     bench = [py, str(ROOT / "benchmarks/serving_bench.py"), "--bed", "gpu", "--summary-only"]
     bench += ["--sim", "--traces", traces, "--phase-s", f"{phase_s:g}", "--out", str(folder)]
-    with unpacked_iters(folder):
+    with unpacked_traces(folder):
         subprocess.run(bench, check=True)
 
 

@@ -116,7 +116,9 @@ def test_every_driver_of_a_folder_is_merged_with_its_repetitions_numbered_on(
     ]
 
 
-def test_the_drivers_iteration_traces_are_unpacked_for_the_summary_only(tmp_path: Path) -> None:
+def test_the_drivers_traces_and_profiler_reports_are_unpacked_for_the_summary_only(
+    tmp_path: Path,
+) -> None:
     got, folder = _fetched(tmp_path), tmp_path / "results"
     file_results.file_results(got, folder, "machine17")
     by_hand = folder / "machine16"  # a folder packed by hand names its members ./iters/...
@@ -125,12 +127,21 @@ def test_the_drivers_iteration_traces_are_unpacked_for_the_summary_only(tmp_path
         info = tarfile.TarInfo("./iters/eagle/iter-2.jsonl")
         info.size = 3
         tf.addfile(info, io.BytesIO(b"[]\n"))
-    with file_results.unpacked_iters(folder) as n:
-        assert n == 2
+        for name, data in (
+            ("./torch_profile/eagle.report.json", b"{}\n"),  # the profiler's report
+            ("./torch_profile/eagle/eagle-1-TP-0.trace.json.gz", b"gz"),  # not its trace
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    with file_results.unpacked_traces(folder) as n:
+        assert n == 3
         assert (folder / "iters" / "nospec" / "iter-1.jsonl").read_text() == "{}\n"
         assert (folder / "iters" / "eagle" / "iter-2.jsonl").read_text() == "[]\n"
+        assert [p.name for p in (folder / "torch_profile").iterdir()] == ["eagle.report.json"]
     assert not (folder / "iters").exists()  # never left for a commit
+    assert not (folder / "torch_profile").exists()
     (folder / "iters").mkdir()  # a folder of its own: not overwritten, not removed
-    with pytest.raises(SystemExit, match="exists"), file_results.unpacked_iters(folder):
+    with pytest.raises(SystemExit, match="exists"), file_results.unpacked_traces(folder):
         pass
     assert (folder / "iters").is_dir()
