@@ -48,3 +48,35 @@ def test_hooks_are_timed_without_the_sglang_call_they_wrap(tmp_path: Path) -> No
     (written,) = tmp_path.glob("hooks-*.json")
     got = json.loads(written.read_text())
     assert got["_around_forward"][0] == 1 and got["_after_process_result"][0] == 1
+
+
+def test_target_forwards_a_hook_calls_itself_are_not_its_time(tmp_path: Path) -> None:
+    """A PLAIN step and a deferred prefill call the target worker's forward themselves: that
+    forward is not hook time, and the deferred prefill's own part is counted apart."""
+    shim = _shim()
+
+    class Worker:
+        def forward_batch_generation(self, batch: Any) -> Any:
+            time.sleep(0.05)
+            return batch
+
+    shim.install_target(Worker)
+    worker = Worker()
+
+    def deferred_forward(batch: Any) -> Any:
+        return worker.forward_batch_generation(batch)
+
+    def around(orig: Any, batch: Any) -> Any:
+        if batch == "prefill":
+            return deferred.forward(batch)
+        return orig(batch)
+
+    deferred = SimpleNamespace(forward=deferred_forward)
+    hooks = SimpleNamespace(**{name: around for name, _ in shim.HOOKS})
+    acc = shim.install(hooks, str(tmp_path), deferred)
+    assert hooks._around_forward(worker.forward_batch_generation, "decode") == "decode"
+    assert hooks._around_forward(lambda b: b, "prefill") == "prefill"
+    calls, ns = acc["_around_forward"]
+    assert calls == 2 and ns < 0.02e9  # neither 50 ms forward is the hook's
+    calls, ns = acc["in_deferred_prefill"]
+    assert calls == 1 and ns < 0.02e9
