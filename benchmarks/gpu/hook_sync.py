@@ -2,7 +2,8 @@
 runs under ``torch.cuda.set_sync_debug_mode("warn")`` and cProfile. Every call that makes the
 host wait for the GPU is counted by its Python stack (the last frames) and the forward mode of
 the batch launched last; when the flag goes away, ``<flag>.<pid>.json`` gets the iterations
-per mode, the stacks with their counts and the profile's top functions by own time.
+per mode, the stacks with their counts, the profile's top functions by own time and the
+scheduler's own functions (``SCHED_DIRS``) by cumulative time, and the window's wall time.
 
 Loaded by sitecustomize.py (copied beside it) only when ``SPECFSM_SYNC_DEBUG`` is set; its
 toggle runs in the ``Scheduler.run_batch`` wrapper there, beside the iteration trace.
@@ -14,7 +15,25 @@ import json
 import os
 import time
 
-_ST: dict = {"on": False, "checked": 0.0, "mode": "-", "iters": {}, "stacks": {}, "prof": None}
+_ST: dict = {
+    "on": False,
+    "checked": 0.0,
+    "mode": "-",
+    "iters": {},
+    "stacks": {},
+    "prof": None,
+    "t0": 0.0,
+}
+
+#: the scheduler's own code (its loop, batches, KV pools, speculative workers): the
+#: profile's entries from these folders are kept by cumulative time, so two servers' windows
+#: can be set side by side function by function (sync_report.sched_diff)
+SCHED_DIRS = ("sglang/srt/managers/", "sglang/srt/speculative/", "sglang/srt/mem_cache/")
+
+
+def _row(key, stat, cut: str) -> list:
+    (fn, ln, name), (cc, _nc, tt, ct, _c) = key, stat
+    return [f"{fn.split(cut)[-1]}:{ln} {name}", cc, round(tt, 4), round(ct, 4)]
 
 
 def _warning(message, category, filename, lineno, file=None, line=None):
@@ -53,6 +72,7 @@ def toggle(flag: str, mode: str) -> None:
                 warnings.filterwarnings("always", message=".*synchroniz.*")
                 warnings.showwarning = _warning
                 st["iters"], st["stacks"] = {}, {}
+                st["t0"] = now
                 st["prof"] = cProfile.Profile()
                 st["prof"].enable()
                 if torch.cuda.is_available():
@@ -68,29 +88,19 @@ def toggle(flag: str, mode: str) -> None:
                     (kv for kv in ps.stats.items() if "specfsm_sglang" in kv[0][0]),
                     key=lambda kv: -kv[1][3],
                 )[:40]
+                sched = sorted(
+                    (kv for kv in ps.stats.items() if any(d in kv[0][0] for d in SCHED_DIRS)),
+                    key=lambda kv: -kv[1][3],
+                )[:120]
                 rec = {
+                    "wall_s": round(now - st["t0"], 3),
                     "iters": st["iters"],
                     "stacks": sorted(
                         ([n, *k] for k, n in st["stacks"].items()), key=lambda r: -r[0]
                     ),
-                    "profile_top_tottime": [
-                        [
-                            f"{fn.split('site-packages/')[-1]}:{ln} {name}",
-                            cc,
-                            round(tt, 4),
-                            round(ct, 4),
-                        ]
-                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in top
-                    ],
-                    "profile_specfsm_cumtime": [
-                        [
-                            f"{fn.split('/adapters/')[-1]}:{ln} {name}",
-                            cc,
-                            round(tt, 4),
-                            round(ct, 4),
-                        ]
-                        for (fn, ln, name), (cc, _nc, tt, ct, _c) in ours
-                    ],
+                    "profile_top_tottime": [_row(k, v, "site-packages/") for k, v in top],
+                    "profile_specfsm_cumtime": [_row(k, v, "/adapters/") for k, v in ours],
+                    "profile_sched_cumtime": [_row(k, v, "site-packages/") for k, v in sched],
                 }
                 with open(f"{flag}.{os.getpid()}.json", "w") as fh:
                     json.dump(rec, fh)

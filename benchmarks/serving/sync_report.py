@@ -58,11 +58,82 @@ def lines(label: str, rec: dict[str, Any], top: int = 6) -> list[str]:
     return out
 
 
+#: the scheduler loop's own steps (``Scheduler``): their cumulative times per iteration
+#: split one loop turn, the forward's launch (and on a CPU engine the forward) in run_batch
+LOOP = (
+    "recv_requests",
+    "process_input_requests",
+    "get_next_batch_to_run",
+    "run_batch",
+    "process_batch_result",
+)
+
+#: which window each label is set beside: (the server with the plugin, the one without)
+PAIRS = (("specfsm_plain", "nospec"), ("specfsm_spec", "eagle"))
+
+
+def _sched(rec: dict[str, Any]) -> dict[str, tuple[int, float]]:
+    """name -> (calls, cumulative s) of the scheduler's functions in a window's profile."""
+    return {str(r[0]): (int(r[1]), float(r[3])) for r in rec.get("profile_sched_cumtime", [])}
+
+
+def _iterations(rec: dict[str, Any]) -> int:
+    return max(1, sum(int(v) for v in rec.get("iters", {}).values()))
+
+
+def sched_diff(
+    a_label: str, a: dict[str, Any], b_label: str, b: dict[str, Any], top: int = 12
+) -> list[str]:
+    """``a`` beside ``b`` function by function: each scheduler function's cumulative time per
+    loop iteration (µs) in both windows, the loop's steps first, then the functions whose
+    time per iteration differs most. Both windows run under cProfile, whose cost grows with
+    the Python calls made, so a difference counts calls as well as time; per call and calls
+    per iteration are printed beside it to tell which."""
+    fa, fb = _sched(a), _sched(b)
+    if not fa or not fb:
+        return []
+    na, nb = _iterations(a), _iterations(b)
+
+    def row(name: str) -> str:
+        ca, ta = fa.get(name, (0, 0.0))
+        cb, tb = fb.get(name, (0, 0.0))
+        pa, pb = 1e6 * ta / na, 1e6 * tb / nb
+        each_a = f"{1e6 * ta / ca:8.1f}" if ca else "       -"
+        each_b = f"{1e6 * tb / cb:8.1f}" if cb else "       -"
+        return (
+            f"#   {pa - pb:+9.1f} us/iter  {pa:9.1f} vs {pb:9.1f}  per call {each_a} vs {each_b}"
+            f"  calls/iter {ca / na:5.2f} vs {cb / nb:5.2f}  {name}"
+        )
+
+    loop = [n for n in {**fa, **fb} if n.rsplit(" ", 1)[-1] in LOOP]
+    loop.sort(key=lambda n: LOOP.index(n.rsplit(" ", 1)[-1]))
+    steps = (
+        sum(fa.get(n, (0, 0.0))[1] for n in loop) / na
+        - sum(fb.get(n, (0, 0.0))[1] for n in loop) / nb
+    )
+    out = [
+        f"serve_sync_sched_diff[{a_label}-{b_label}]: {1e6 * steps:+.1f} us per iteration in "
+        f"the loop's steps ({na} vs {nb} iterations; {a.get('wall_s', '?')} vs "
+        f"{b.get('wall_s', '?')} s under cProfile: counts and call sites, not a speed)"
+    ]
+    out += [row(n) for n in loop]
+    rest = sorted(
+        (n for n in {**fa, **fb} if n not in loop),
+        key=lambda n: -abs(fa.get(n, (0, 0.0))[1] / na - fb.get(n, (0, 0.0))[1] / nb),
+    )
+    return out + [row(n) for n in rest[:top]]
+
+
 def report(sync_dir: Path) -> list[str]:
-    """Summary lines for every window file under ``sync_dir`` (``<label>.json``)."""
+    """Summary lines for every window file under ``sync_dir`` (``<label>.json``), then each
+    pair of ``PAIRS`` whose two windows are there, side by side."""
     out: list[str] = []
-    for path in sorted(sync_dir.glob("*.json")):
-        out += lines(path.stem, load(path))
+    recs = {path.stem: load(path) for path in sorted(sync_dir.glob("*.json"))}
+    for label, rec in recs.items():
+        out += lines(label, rec)
+    for a, b in PAIRS:
+        if a in recs and b in recs:
+            out += sched_diff(a, recs[a], b, recs[b])
     return out
 
 
