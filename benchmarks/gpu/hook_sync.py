@@ -91,7 +91,7 @@ def toggle(flag: str, mode: str) -> None:
                 sched = sorted(
                     (kv for kv in ps.stats.items() if any(d in kv[0][0] for d in SCHED_DIRS)),
                     key=lambda kv: -kv[1][3],
-                )[:120]
+                )[:400]
                 rec = {
                     "wall_s": round(now - st["t0"], 3),
                     "iters": st["iters"],

@@ -85,10 +85,12 @@ def sched_diff(
     a_label: str, a: dict[str, Any], b_label: str, b: dict[str, Any], top: int = 12
 ) -> list[str]:
     """``a`` beside ``b`` function by function: each scheduler function's cumulative time per
-    loop iteration (µs) in both windows, the loop's steps first, then the functions whose
-    time per iteration differs most. Both windows run under cProfile, whose cost grows with
-    the Python calls made, so a difference counts calls as well as time; per call and calls
-    per iteration are printed beside it to tell which."""
+    loop iteration (µs) in both windows, the loop's steps first, then the functions only one
+    server calls, then those of both whose time per iteration differs most. Both windows run
+    under cProfile, whose cost grows with the Python calls made, so a difference counts calls
+    as well as time; per call and calls per iteration are printed beside it to tell which.
+    Two windows run one after another, on a host whose speed may differ between them: a
+    function only one server calls is a difference of code paths whatever that speed."""
     fa, fb = _sched(a), _sched(b)
     if not fa or not fb:
         return []
@@ -117,11 +119,21 @@ def sched_diff(
         f"{b.get('wall_s', '?')} s under cProfile: counts and call sites, not a speed)"
     ]
     out += [row(n) for n in loop]
-    rest = sorted(
-        (n for n in {**fa, **fb} if n not in loop),
-        key=lambda n: -abs(fa.get(n, (0, 0.0))[1] / na - fb.get(n, (0, 0.0))[1] / nb),
-    )
-    return out + [row(n) for n in rest[:top]]
+
+    def gap(n: str) -> float:
+        return -abs(fa.get(n, (0, 0.0))[1] / na - fb.get(n, (0, 0.0))[1] / nb)
+
+    # a function one server calls and the other never does is a difference of code paths,
+    # which holds whatever the host's speed in each window; the shared ones differ by both
+    only = sorted((n for n in {**fa, **fb} if (n in fa) != (n in fb)), key=gap)
+    shared = sorted((n for n in fa if n in fb and n not in loop), key=gap)
+    if only:
+        out.append(f"#   called by one server only ({a_label} vs {b_label}):")
+        out += [row(n) for n in only[:top]]
+    if shared:
+        out.append("#   called by both, the largest differences:")
+        out += [row(n) for n in shared[:top]]
+    return out
 
 
 def report(sync_dir: Path) -> list[str]:

@@ -1,5 +1,6 @@
 """The sync-debug window's report: two servers' scheduler functions set side by side per loop
-iteration, the loop's steps first, then the functions that differ most."""
+iteration, the loop's steps first, then the functions one server alone calls, then those that
+differ most."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _window(iters: int, rows: list[list[object]]) -> dict[str, object]:
     return {"wall_s": 2.0, "iters": {"D": iters - 1, "E": 1}, "profile_sched_cumtime": rows}
 
 
-def test_sched_diff_puts_the_loop_steps_first_and_the_largest_difference_next(
+def test_sched_diff_puts_the_loop_steps_first_then_one_sided_calls_then_differences(
     tmp_path: Path,
 ) -> None:
     plain = _window(
@@ -48,8 +49,10 @@ def test_sched_diff_puts_the_loop_steps_first_and_the_largest_difference_next(
     assert rows[0].split()[1:2] == ["+0.0"] and rows[0].endswith("run_batch")
     assert rows[1].split()[1:2] == ["+200.0"] and rows[1].endswith("process_batch_result")
     # only on one side: 200 us per iteration against none, per call 1000 us against none
-    assert rows[2].endswith("merge_spec_state") and "-" in rows[2].split("per call")[1]
-    assert rows[3].split()[1:2] == ["+0.0"] and rows[3].endswith("same_everywhere")
+    assert rows[2].startswith("#   called by one server only (specfsm_plain vs nospec)")
+    assert rows[3].endswith("merge_spec_state") and "-" in rows[3].split("per call")[1]
+    assert rows[4] == "#   called by both, the largest differences:"
+    assert rows[5].split()[1:2] == ["+0.0"] and rows[5].endswith("same_everywhere")
 
 
 def test_a_window_recorded_without_the_scheduler_profile_gives_no_side_by_side(
