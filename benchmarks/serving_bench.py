@@ -375,7 +375,7 @@ def main() -> int:
     if args.sim:
         import sim_predict  # the specfsm package and numpy: on the development machine only
 
-        lines += sim_predict.sim_lines(out / "runs.jsonl", tr)
+        lines += sim_predict.sim_lines(out / "runs.jsonl", tr, table=args.sim_table)
     (out / "serving_summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -90,6 +90,11 @@ def parser(description: str) -> argparse.ArgumentParser:
         help="add the simulator's prediction per trace and server (needs the sim extra)",
     )
     ap.add_argument(
+        "--sim-table",
+        default="h200_sglang0517_llama8b",
+        help="the simulator's cost table: a packaged name, a CSV, or several joined by +",
+    )
+    ap.add_argument(
         "--sync-debug",
         type=float,
         default=0.0,

@@ -13,7 +13,9 @@ given (the served requests' mean: prompt plus half the output), in the cost-tabl
         --plain 2,5,8,10 --spec 4,7 --ctx 1220 --shape 1x3x4 > served.csv
 
 `--plain` / `--spec` name the run segments of the trace file (0-based, in launch order; runs
-are separated by more than `--gap-s` seconds without an iteration). Standard library only.
+are separated by more than `--gap-s` seconds without an iteration). `--nodraft-traces` with
+`--nodraft` adds ``nodraft_step`` rows from a server without a draft model (the simulator's
+no-spec server, `sim_predict`). Standard library only.
 """
 
 from __future__ import annotations
@@ -65,6 +67,12 @@ def rows(
     return out
 
 
+#: a server without a draft model, its decode step as served (``--nodraft``): the simulator
+#: prices the no-spec server from it where a table has it (sim_predict), as specfsm's cost
+#: model prices zero-tax PLAIN from ``plain_step``
+NODRAFT_STEP_MODEL = "nodraft_step"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, required=True, help="one server's iter-*.jsonl")
@@ -72,14 +80,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", default="", help="run segments served in SPECULATING")
     ap.add_argument("--ctx", type=int, required=True)
     ap.add_argument("--shape", default="1x3x4", help="topk x steps x K of SPECULATING")
+    ap.add_argument(
+        "--nodraft-traces",
+        type=Path,
+        action="append",
+        default=[],
+        help="a server's iter-*.jsonl without a draft model (repeatable: its segments are "
+        "numbered across the files in the order given)",
+    )
+    ap.add_argument("--nodraft", default="", help="run segments of --nodraft-traces")
     ap.add_argument("--min-samples", type=int, default=30)
     ap.add_argument("--gap-s", type=float, default=1.5)
     args = ap.parse_args(argv)
     segs = segments(args.traces, args.gap_s)
-    pick = lambda s: [segs[int(i)] for i in s.split(",") if i]  # noqa: E731
+    nodraft = [seg for f in args.nodraft_traces for seg in segments(f, args.gap_s)]
+
+    def pick(of: list[list[list[Any]]], which: str) -> list[list[list[Any]]]:
+        return [of[int(i)] for i in which.split(",") if i]
+
     k = int(args.shape.split("x")[2])
-    out = rows(pick(args.plain), "plain_step", 1, args.ctx, args.min_samples)
-    out += rows(pick(args.spec), f"spec_step_{args.shape}", k, args.ctx, args.min_samples)
+    out = rows(pick(segs, args.plain), "plain_step", 1, args.ctx, args.min_samples)
+    out += rows(pick(segs, args.spec), f"spec_step_{args.shape}", k, args.ctx, args.min_samples)
+    out += rows(pick(nodraft, args.nodraft), NODRAFT_STEP_MODEL, 1, args.ctx, args.min_samples)
     w = sys.stdout
     w.write("model,bs,q,ctx,ms_per_step\n")
     for model, bs, q, ctx, ms, n in out:

@@ -92,6 +92,7 @@ import gpu_bed  # noqa: E402
 import launch as bench_launch  # noqa: E402
 import sim_miss  # noqa: E402
 import traces as bench_traces  # noqa: E402
+from served_steps import NODRAFT_STEP_MODEL  # noqa: E402
 
 __all__ = [
     "CLOSED_REQUESTS",
@@ -146,11 +147,26 @@ SGLANG_0517_ADAPTIVE: dict[str, dict[str, Any]] = {
 GOAL = (0.9, 1.1)
 
 
-class _PrefillAt(CostModel):
-    """The table's step costs with prefill at a given GPU us per prompt token."""
+class _Served(CostModel):
+    """The table's step costs; a server without a draft priced from the table's
+    ``nodraft_step`` series where it has one (`served_steps.py --nodraft`: that server's
+    decode step as served), else from its target's decode forward (`CostModel.plain_ms`)."""
+
+    def __init__(self, table: CostTable) -> None:
+        super().__init__(table, SHAPE)
+        self._nodraft = NODRAFT_STEP_MODEL in table.models
+
+    def plain_ms(self, bs: float) -> float:
+        if self._nodraft and bs > 0:
+            return self._whole_step(NODRAFT_STEP_MODEL, bs, None)
+        return super().plain_ms(bs)
+
+
+class _PrefillAt(_Served):
+    """`_Served` with prefill at a given GPU us per prompt token."""
 
     def __init__(self, table: CostTable, target_us: float, draft_us: float) -> None:
-        super().__init__(table, SHAPE)
+        super().__init__(table)
         self.prefill_ms_per_token_target = target_us / 1000.0
         self.prefill_ms_per_token_draft = draft_us / 1000.0
 
@@ -265,7 +281,7 @@ def simulate(
 
     cost_table = load_table(table)
     if prefill_us_per_token is None:
-        cost = CostModel(cost_table, SHAPE)
+        cost: CostModel = _Served(cost_table)
     else:
         cost = _PrefillAt(cost_table, *prefill_us_per_token)
     load, workload = _load(trace), _workload(trace)
@@ -399,11 +415,14 @@ def sim_lines(
         f"{1000 * probe.prefill_ms_per_token_draft:.1f} us, on the serve_sim_table_prefill lines); "
         "Poisson rates and mean lengths from the trace's own requests; decode steps from the table",
     ]
-    card = table.split("_", 1)[0].upper()
-    if other := [d for d in gpu_bed.devices(runs) if card not in d.upper().replace(" ", "")]:
+    # a merged table (A+B) names a card per part: a served table of the runs' own card
+    # prices their decode steps from it
+    cards = sorted({Path(x).name.split("_", 1)[0].upper() for x in table.split("+") if x})
+    devices = gpu_bed.devices(runs)
+    if other := [d for d in devices if not any(c in d.upper().replace(" ", "") for c in cards)]:
         lines.append(
-            f"# the table's card is the {card}; these runs' is {', '.join(other)}: the "
-            "simulator prices their decode steps from another card"
+            f"# the table's card is the {' / '.join(cards)}; these runs' is {', '.join(other)}: "
+            "the simulator prices their decode steps from another card"
         )
     for name in traces:
         tr = traces[name]

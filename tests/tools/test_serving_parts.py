@@ -47,7 +47,7 @@ def test_runs_from_log() -> None:
 def test_served_steps_keep_only_clean_decode_gaps(tmp_path: Path, capsys: object) -> None:
     """served_steps.py: a decode gap counts only after two decode iterations (a prefill, and
     under overlap the decode after it, would be inside); runs split at idle gaps; the rows
-    parse as a cost table."""
+    parse as a cost table, a no-spec server's (``--nodraft``) among them."""
     import json
 
     import served_steps
@@ -81,6 +81,13 @@ def test_served_steps_keep_only_clean_decode_gaps(tmp_path: Path, capsys: object
                 "1000",
                 "--min-samples",
                 "5",
+                # a server without a draft: its runs numbered across its files in order
+                "--nodraft-traces",
+                str(path),
+                "--nodraft-traces",
+                str(path),
+                "--nodraft",
+                "3",
             ]
         )
         == 0
@@ -88,6 +95,7 @@ def test_served_steps_keep_only_clean_decode_gaps(tmp_path: Path, capsys: object
     out = capsys.readouterr().out  # type: ignore[attr-defined]
     table = parse_table(out, "served")
     assert table.ms("plain_step", 16, 1) == 5.0 and table.ms("spec_step_1x3x4", 16, 4) == 10.0
+    assert table.ms("nodraft_step", 16, 1) == 10.0
 
 
 def _source(folder: Path, runs: list[tuple[str, int, float]], started: str) -> None:

@@ -160,3 +160,33 @@ def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
     assert ctl.shape == sim_predict.SHAPE  # chain 3
     v = sim_predict.predict(TRACES["bursty"], "specfsm_shapes", seeds=1, shapes_set=three)
     assert math.isfinite(v) and v > 0
+
+
+def test_a_tables_nodraft_step_prices_the_server_without_a_draft(tmp_path: Path) -> None:
+    """A served table's ``nodraft_step`` rows (`served_steps.py --nodraft`) price the no-spec
+    server's decode steps: twice the step, fewer tokens; the packaged H100 served table prices
+    it and, merged over the H200's forwards, names both cards, so runs on an H100 are not
+    said to be priced from another card."""
+    import json
+
+    served = tmp_path / "slow_served.csv"
+    rows = ["model,bs,q,ctx,ms_per_step"]
+    rows += [f"nodraft_step,{bs},1,1183,{ms}" for bs, ms in ((1, 12.0), (32, 18.0), (256, 42.0))]
+    served.write_text("\n".join(rows) + "\n")
+    light = traces.builtin("gpu", 7.0)["light"]
+    base = sum(sim_predict.simulate(light, "nospec", seeds=1)[0])
+    slow = sum(
+        sim_predict.simulate(light, "nospec", f"h200_sglang0517_llama8b+{served}", seeds=1)[0]
+    )
+    assert slow < 0.8 * base
+    table = "h200_sglang0517_llama8b+h100_sglang0517_llama8b_served"
+    h100 = sum(sim_predict.simulate(light, "nospec", table, seeds=1)[0])
+    assert slow < h100 < base
+    recs = [json.loads(x) for x in (sim_predict.RESULTS / "runs.jsonl").read_text().splitlines()]
+    runs = tmp_path / "runs.jsonl"
+    card = "NVIDIA H100 80GB HBM3"
+    runs.write_text(
+        "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
+    )
+    lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, table=table, seeds=1)
+    assert not any(x.startswith("# the table's card is") for x in lines)
