@@ -91,8 +91,10 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--sim-table",
-        default="h200_sglang0517_llama8b",
-        help="the simulator's cost table: a packaged name, a CSV, or several joined by +",
+        default="auto",
+        help="the simulator's cost table: a packaged name, a CSV, or several joined by +; "
+        "auto: the runs' card's served decode steps where the project has them (an H100's), "
+        "else the H200's table",
     )
     ap.add_argument(
         "--sync-debug",

@@ -380,11 +380,29 @@ def _miss_line(
     )
 
 
+#: `sim_lines`' table chosen by the runs' card (`table_for`)
+AUTO_TABLE = "auto"
+#: decode steps as served on a card, merged over the H200's in-engine forwards: the card's
+#: name as the runs' header gives it (no spaces, upper case) -> the table
+SERVED_BY_CARD = {"H100": "h200_sglang0517_llama8b+h100_sglang0517_llama8b_served"}
+
+
+def table_for(devices: Sequence[str]) -> str:
+    """The simulator's table for runs on `devices`: a card's served decode steps where every
+    device is that card and the project has them (`SERVED_BY_CARD`), else the H200's table
+    (the summary's header names the table, and says when its card is not the runs')."""
+    names = {d.upper().replace(" ", "") for d in devices}
+    for card, table in SERVED_BY_CARD.items():
+        if names and all(card in n for n in names):
+            return table
+    return "h200_sglang0517_llama8b"
+
+
 def sim_lines(
     runs_path: str | Path,
     traces: Mapping[str, bench_traces.Trace],
     *,
-    table: str = "h200_sglang0517_llama8b",
+    table: str = AUTO_TABLE,
     accept_len: float = 2.4,
     seeds: int = 6,
 ) -> list[str]:
@@ -392,8 +410,10 @@ def sim_lines(
     (predicted X tok/s, measured Y; goal 0.9-1.1)`` for every (trace, server) measured in
     `runs_path` whose trace is in `traces` (measured: the mean tok/s over its repetitions),
     a comment line after each miss beyond the goal, a header saying what is fitted, and per
-    trace one info line with the simulator's own table prefill instead of the measured one."""
+    trace one info line with the simulator's own table prefill instead of the measured one.
+    ``table`` ``"auto"``: `table_for` the runs' card."""
     runs = _runs(runs_path)
+    table = table_for(gpu_bed.devices(runs)) if table == AUTO_TABLE else table
     bench_traces.check_measured(runs, traces, "sim_lines")
     by = _measured(runs)
     # the shapes example as its server was started (keys set by --shapes-set)

@@ -125,7 +125,9 @@ def test_runs_of_another_card_than_the_tables_are_said_so(tmp_path: Path) -> Non
         runs.write_text(
             "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
         )
-        lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, seeds=1)
+        lines = sim_predict.sim_lines(
+            runs, {"bursty": TRACES["bursty"]}, table="h200_sglang0517_llama8b", seeds=1
+        )
         note = "# the table's card is the H200; these runs' is NVIDIA H100 80GB HBM3"
         assert any(x.startswith(note) for x in lines) is said, card
         head = runs.parent / "head" / "runs.jsonl"
@@ -166,7 +168,7 @@ def test_a_tables_nodraft_step_prices_the_server_without_a_draft(tmp_path: Path)
     """A served table's ``nodraft_step`` rows (`served_steps.py --nodraft`) price the no-spec
     server's decode steps: twice the step, fewer tokens; the packaged H100 served table prices
     it and, merged over the H200's forwards, names both cards, so runs on an H100 are not
-    said to be priced from another card."""
+    said to be priced from another card; the summary picks it for runs on an H100."""
     import json
 
     served = tmp_path / "slow_served.csv"
@@ -188,5 +190,10 @@ def test_a_tables_nodraft_step_prices_the_server_without_a_draft(tmp_path: Path)
     runs.write_text(
         "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
     )
-    lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, table=table, seeds=1)
+    # the table the summary picks for runs on an H100 by itself ("auto"), named in its header
+    assert sim_predict.table_for([card]) == table
+    assert sim_predict.table_for(["NVIDIA H200", card]) == "h200_sglang0517_llama8b"
+    assert sim_predict.table_for([]) == "h200_sglang0517_llama8b"
+    lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, seeds=1)
     assert not any(x.startswith("# the table's card is") for x in lines)
+    assert f"table {table}," in lines[0]
