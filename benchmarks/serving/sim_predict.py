@@ -387,11 +387,16 @@ AUTO_TABLE = "auto"
 SERVED_BY_CARD = {"H100": "h200_sglang0517_llama8b+h100_sglang0517_llama8b_served"}
 
 
+def _card_key(device: str) -> str:
+    """A device as the runs' header names it, as `SERVED_BY_CARD` and table names match it."""
+    return device.upper().replace(" ", "")
+
+
 def table_for(devices: Sequence[str]) -> str:
     """The simulator's table for runs on `devices`: a card's served decode steps where every
     device is that card and the project has them (`SERVED_BY_CARD`), else the H200's table
     (the summary's header names the table, and says when its card is not the runs')."""
-    names = {d.upper().replace(" ", "") for d in devices}
+    names = {_card_key(d) for d in devices}
     for card, table in SERVED_BY_CARD.items():
         if names and all(card in n for n in names):
             return table
@@ -413,7 +418,8 @@ def sim_lines(
     trace one info line with the simulator's own table prefill instead of the measured one.
     ``table`` ``"auto"``: `table_for` the runs' card."""
     runs = _runs(runs_path)
-    table = table_for(gpu_bed.devices(runs)) if table == AUTO_TABLE else table
+    devices = gpu_bed.devices(runs)
+    table = table_for(devices) if table == AUTO_TABLE else table
     bench_traces.check_measured(runs, traces, "sim_lines")
     by = _measured(runs)
     # the shapes example as its server was started (keys set by --shapes-set)
@@ -438,8 +444,7 @@ def sim_lines(
     # a merged table (A+B) names a card per part: a served table of the runs' own card
     # prices their decode steps from it
     cards = sorted({Path(x).name.split("_", 1)[0].upper() for x in table.split("+") if x})
-    devices = gpu_bed.devices(runs)
-    if other := [d for d in devices if not any(c in d.upper().replace(" ", "") for c in cards)]:
+    if other := [d for d in devices if not any(c in _card_key(d) for c in cards)]:
         lines.append(
             f"# the table's card is the {' / '.join(cards)}; these runs' is {', '.join(other)}: "
             "the simulator prices their decode steps from another card"

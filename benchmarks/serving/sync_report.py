@@ -95,11 +95,16 @@ def sched_diff(
     if not fa or not fb:
         return []
     na, nb = _iterations(a), _iterations(b)
+    names = list({**fa, **fb})
+
+    def per_iter(name: str) -> tuple[float, float]:
+        """The function's cumulative µs per loop iteration in ``a`` and in ``b``."""
+        return 1e6 * fa.get(name, (0, 0.0))[1] / na, 1e6 * fb.get(name, (0, 0.0))[1] / nb
 
     def row(name: str) -> str:
         ca, ta = fa.get(name, (0, 0.0))
         cb, tb = fb.get(name, (0, 0.0))
-        pa, pb = 1e6 * ta / na, 1e6 * tb / nb
+        pa, pb = per_iter(name)
         each_a = f"{1e6 * ta / ca:8.1f}" if ca else "       -"
         each_b = f"{1e6 * tb / cb:8.1f}" if cb else "       -"
         return (
@@ -107,25 +112,24 @@ def sched_diff(
             f"  calls/iter {ca / na:5.2f} vs {cb / nb:5.2f}  {name}"
         )
 
-    loop = [n for n in {**fa, **fb} if n.rsplit(" ", 1)[-1] in LOOP]
-    loop.sort(key=lambda n: LOOP.index(n.rsplit(" ", 1)[-1]))
-    steps = (
-        sum(fa.get(n, (0, 0.0))[1] for n in loop) / na
-        - sum(fb.get(n, (0, 0.0))[1] for n in loop) / nb
-    )
+    def gap(name: str) -> float:
+        pa, pb = per_iter(name)
+        return -abs(pa - pb)
+
+    def step(name: str) -> str:
+        return name.rsplit(" ", 1)[-1]
+
+    loop = sorted((n for n in names if step(n) in LOOP), key=lambda n: LOOP.index(step(n)))
+    steps = sum(pa - pb for pa, pb in map(per_iter, loop))
     out = [
-        f"serve_sync_sched_diff[{a_label}-{b_label}]: {1e6 * steps:+.1f} us per iteration in "
+        f"serve_sync_sched_diff[{a_label}-{b_label}]: {steps:+.1f} us per iteration in "
         f"the loop's steps ({na} vs {nb} iterations; {a.get('wall_s', '?')} vs "
         f"{b.get('wall_s', '?')} s under cProfile: counts and call sites, not a speed)"
     ]
     out += [row(n) for n in loop]
-
-    def gap(n: str) -> float:
-        return -abs(fa.get(n, (0, 0.0))[1] / na - fb.get(n, (0, 0.0))[1] / nb)
-
     # a function one server calls and the other never does is a difference of code paths,
     # which holds whatever the host's speed in each window; the shared ones differ by both
-    only = sorted((n for n in {**fa, **fb} if (n in fa) != (n in fb)), key=gap)
+    only = sorted((n for n in names if (n in fa) != (n in fb)), key=gap)
     shared = sorted((n for n in fa if n in fb and n not in loop), key=gap)
     if only:
         out.append(f"#   called by one server only ({a_label} vs {b_label}):")
