@@ -13,6 +13,9 @@ timestamps, RECORD is rewritten without the dropped files):
   ``sgl_kernel/sm90/``) and ``infllm_ops`` (InfLLM-v2 sparse attention, lazily loaded, MiniCPM).
 - xgrammar 0.2.1: drops ``xgrammar/lib/libxgrammar.a`` (static library for C++ builds; Python uses
   ``libxgrammar_bindings.so``).
+- sglang 0.5.17: drops ``sglang/srt/server/_core.*.so`` (the embedded Rust server, 13 MiB
+  unpacked, imported only when ``SGLANG_RUST_SERVER`` is set; ``python -m
+  sglang.launch_server`` without it never loads it).
 
 Packing: wheels go into ``.gpu/chunk1``, ``.gpu/chunk2``, ... (``.gpu/`` is git-ignored), first-fit
 by size, each small enough to travel with the working tree under the 64 MiB per-call transfer
@@ -42,9 +45,8 @@ GPU_DIR = ROOT / ".gpu"
 CACHE = GPU_DIR / "download"
 # wheel bytes per chunk: 64 MiB per call minus the working tree, which travels too (35.5 MiB on
 # 2026-12-05, 42.1 MiB in 4 KiB blocks on 2026-12-06 with the committed GPU results, and
-# growing: `--check` prints the sum); the largest wheel, sglang's, is 21.27 MiB, so a chunk
-# holds it alone and no chunk is larger
-CHUNK_LIMIT = int(21.3 * 2**20)
+# growing: `--check` prints the sum); the largest wheel, sglang_kernel's slimmed, is 17.4 MiB
+CHUNK_LIMIT = 20 * 2**20
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
 # sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
@@ -133,6 +135,8 @@ SLIM = {
         "sgl_kernel/infllm_ops.",
     ),
     "xgrammar": ("xgrammar/lib/libxgrammar.a",),
+    # the embedded Rust server, imported only under SGLANG_RUST_SERVER (managers/rust_server.py)
+    "sglang": ("sglang/srt/server/_core.",),
 }
 
 
