@@ -122,6 +122,10 @@ def run_server(
             say(f"{name}: warm-up pass of {first.name} done")
         if args.freeze_gc:
             say(f"{name}: /freeze_gc: {srv.freeze_gc()}")
+        # a bracketed server's windows come once: at its first start with --windows-first (so a
+        # driver cut short still has them), else after its last runs
+        if args.windows_first and reps.start == 0:
+            diagnostic_windows(args, srv, name, variants, tr, out)
         for rep in reps:
             for trace in tr.values():
                 for var in variants:
@@ -156,15 +160,8 @@ def run_server(
                     if args.metrics_once and not (out / "metrics" / f"{name}.txt").exists():
                         (out / "metrics").mkdir(exist_ok=True)
                         (out / "metrics" / f"{name}.txt").write_text(srv.get("/metrics"))
-        last = reps.stop == args.reps  # a bracketed server's windows: after its last runs only
-        if args.sync_debug and last:
-            for var in variants:
-                label = f"{name}_{var}" if var else name
-                if not args.sync_of or label in args.sync_of:
-                    sync_report.window(args, srv, var, label, tr, out, prepare, Server.warm, say)
-                    mirror(args, out)
-        if args.torch_profile and last:  # after the measured runs: torch-profiler windows
-            torch_profile_window.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
+        if not args.windows_first and reps.stop == args.reps:
+            diagnostic_windows(args, srv, name, variants, tr, out)
     except (RuntimeError, OSError) as exc:
         say(f"{name}: stopped early: {str(exc).splitlines()[0]}")
         log.write(json.dumps({"server": name, "error": str(exc)[-2000:]}) + "\n")
@@ -179,6 +176,26 @@ def run_server(
     log.write(json.dumps({"server": name, "stopped": True, "memory_leak_reported": leak}) + "\n")
     log.flush()
     say(f"{name}: stopped (memory leak reported: {leak})")
+
+
+def diagnostic_windows(
+    args: argparse.Namespace,
+    srv: Server,
+    name: str,
+    variants: list[str],
+    tr: dict[str, traces.Trace],
+    out: Path,
+) -> None:
+    """One server's diagnostic windows, none a figure: the sync-debug window of each variant
+    (``--sync-debug``, ``--sync-of``), then the torch-profiler windows (``--torch-profile``)."""
+    if args.sync_debug:
+        for var in variants:
+            label = f"{name}_{var}" if var else name
+            if not args.sync_of or label in args.sync_of:
+                sync_report.window(args, srv, var, label, tr, out, prepare, Server.warm, say)
+                mirror(args, out)
+    if args.torch_profile:
+        torch_profile_window.run_windows(args, srv, name, variants, tr, out, prepare, mirror)
 
 
 def prepare(srv: Server, var: str, args: argparse.Namespace) -> None:

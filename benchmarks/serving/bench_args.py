@@ -108,6 +108,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         default="",
         help="the labels that get a sync-debug window, e.g. nospec,specfsm_plain (default all)",
     )
+    ap.add_argument(
+        "--windows-first",
+        action="store_true",
+        help="the sync-debug and torch-profiler windows right after each server's warm-up, "
+        "before its measured runs (a driver cut short still has them), not after",
+    )
     ap.add_argument("--torch-profile", type=int, default=0, help="profiled steps per window")
     ap.add_argument("--torch-profile-of", default="", help="labels with a window (default all)")
     ap.add_argument("--torch-profile-level", type=int, default=1, help="window's concurrency")

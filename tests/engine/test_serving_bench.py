@@ -124,12 +124,14 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
 
 def test_bracketed_server_started_twice(tmp_path: Path) -> None:
     """``--bracket``: the server's repetitions split over two starts, both recorded, both
-    summarized as one server, its log kept whole (appended, not overwritten)."""
+    summarized as one server, its log kept whole (appended, not overwritten); with
+    ``--windows-first`` its sync-debug window runs once, at the first start, before any run."""
     import json
 
     out = tmp_path / "serving"
     argv = ["--bed", "cpu", "--quick", "--traces", "light", "--servers", "nospec", "--reps", "2"]
     argv += ["--phase-s", "4", "--bracket", "nospec", "--iter-trace", "--out", str(out)]
+    argv += ["--sync-debug", "1", "--windows-first"]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *argv],
         capture_output=True,
@@ -140,6 +142,10 @@ def test_bracketed_server_started_twice(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "nospec: starting for repetitions 0-0" in proc.stdout, proc.stdout[-3000:]
     assert "nospec: starting for repetitions 1-1" in proc.stdout, proc.stdout[-3000:]
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith("[serving")]
+    window = [i for i, ln in enumerate(said) if "serve_sync_waits[nospec]: " in ln]
+    first_run = next(i for i, ln in enumerate(said) if "nospec light rep0" in ln)
+    assert len(window) == 1 and window[0] < first_run, said
     recs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     starts = [r for r in recs if r.get("server") == "nospec" and "kv_tokens" in r]
     runs = [r["rep"] for r in recs if r.get("server") == "nospec" and "trace" in r]
