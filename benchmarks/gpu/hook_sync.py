@@ -27,8 +27,18 @@ _ST: dict = {
 
 #: the scheduler's own code (its loop, batches, KV pools, speculative workers): the
 #: profile's entries from these folders are kept by cumulative time, so two servers' windows
-#: can be set side by side function by function (sync_report.sched_diff)
-SCHED_DIRS = ("sglang/srt/managers/", "sglang/srt/speculative/", "sglang/srt/mem_cache/")
+#: can be set side by side function by function (sync_report.sched_diff): the scheduler's
+#: own, and the forward's preparation and runners (model_executor, layers: whether a prefill
+#: replays a graph or runs eagerly, which hidden states it keeps)
+SCHED_DIRS = (
+    "sglang/srt/managers/",
+    "sglang/srt/speculative/",
+    "sglang/srt/mem_cache/",
+    "sglang/srt/model_executor/",
+    "sglang/srt/layers/",
+)
+#: enough rows that a function both windows call is in both lists, not cut from one
+SCHED_TOP = 1500
 
 
 def _row(key, stat, cut: str) -> list:
@@ -91,7 +101,7 @@ def toggle(flag: str, mode: str) -> None:
                 sched = sorted(
                     (kv for kv in ps.stats.items() if any(d in kv[0][0] for d in SCHED_DIRS)),
                     key=lambda kv: -kv[1][3],
-                )[:400]
+                )[:SCHED_TOP]
                 rec = {
                     "wall_s": round(now - st["t0"], 3),
                     "iters": st["iters"],
