@@ -43,10 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 GPU_DIR = ROOT / ".gpu"
 CACHE = GPU_DIR / "download"
-# wheel bytes per chunk: 64 MiB per call minus the working tree, which travels too (35.5 MiB on
-# 2026-12-05, 42.1 MiB in 4 KiB blocks on 2026-12-06 with the committed GPU results, and
-# growing: `--check` prints the sum); the largest wheel, sglang_kernel's slimmed, is 17.4 MiB
-CHUNK_LIMIT = 20 * 2**20
+# a device call moves at most 64 MiB: the tracked working tree (counted in 4 KiB blocks, 42.1
+# MiB on 2026-12-06 with the committed GPU results, and growing), the manifest and one chunk
+CALL_LIMIT = 64 * 2**20
+CALL_MARGIN = 2**19  # the manifest, and each wheel rounded up to whole blocks
+# wheel bytes per chunk at most; fewer where the tree leaves less (chunk_limit); the largest
+# wheel, sglang_kernel's slimmed, is 17.4 MiB
+CHUNK_MAX = 20 * 2**20
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
 # sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
@@ -214,15 +217,26 @@ def verify_record(whl: Path) -> None:
                 raise SystemExit(f"{whl.name}: hash mismatch for {name}")
 
 
-def pack(wheels: list[Path]) -> list[list[Path]]:
+def chunk_limit(tree: int | None) -> int:
+    """Wheel bytes per chunk: ``CHUNK_MAX``, or what the tracked tree (``tracked_bytes``)
+    leaves of a call's 64 MiB, whichever is less."""
+    if tree is None:
+        return CHUNK_MAX
+    return min(CHUNK_MAX, CALL_LIMIT - CALL_MARGIN - tree)
+
+
+def pack(wheels: list[Path], limit: int) -> list[list[Path]]:
     chunks: list[list[Path]] = []
     sizes: list[int] = []
     for whl in sorted(wheels, key=lambda p: -p.stat().st_size):
         size = whl.stat().st_size
-        if size > CHUNK_LIMIT:
-            raise SystemExit(f"{whl.name} ({size / 2**20:.1f} MiB) exceeds one chunk")
+        if size > limit:
+            raise SystemExit(
+                f"{whl.name} ({size / 2**20:.1f} MiB) exceeds one chunk: the tracked tree leaves "
+                f"{limit / 2**20:.1f} MiB of a call's 64; shrink the tree or slim the wheel"
+            )
         for i, used in enumerate(sizes):
-            if used + size <= CHUNK_LIMIT:
+            if used + size <= limit:
                 chunks[i].append(whl)
                 sizes[i] += size
                 break
@@ -232,9 +246,9 @@ def pack(wheels: list[Path]) -> list[list[Path]]:
     return chunks
 
 
-def place(staged: Path) -> None:
+def place(staged: Path, limit: int) -> None:
     """Move the staged wheels into chunk1, chunk2, ... (`pack`), then drop the staging folder."""
-    for i, chunk in enumerate(pack(sorted(staged.glob("*.whl"))), start=1):
+    for i, chunk in enumerate(pack(sorted(staged.glob("*.whl")), limit), start=1):
         cdir = GPU_DIR / f"chunk{i}"
         cdir.mkdir()
         for whl in chunk:
@@ -247,9 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only verify existing chunks")
     ap.add_argument("--keep-download", action="store_true", help="keep .gpu/download")
     ap.add_argument(
-        "--repack", action="store_true", help="re-split the packed wheels under CHUNK_LIMIT"
+        "--repack", action="store_true", help="re-split the packed wheels to the tree's size now"
     )
     args = ap.parse_args(argv)
+    tree = tracked_bytes()
+    limit = chunk_limit(tree)
 
     if args.repack:
         staged = GPU_DIR / "staged"
@@ -258,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             for whl in old.glob("*.whl"):
                 shutil.move(str(whl), staged / whl.name)
             old.rmdir()
-        place(staged)
+        place(staged, limit)
     elif not args.check:
         download(CORE + SMALL, CACHE)
         for old in GPU_DIR.glob("chunk*"):
@@ -282,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         got = {w.name.split("-")[0].lower() for w in staged.glob("*.whl")}
         if wanted != got:
             raise SystemExit(f"wheel set mismatch: missing {wanted - got}, extra {got - wanted}")
-        place(staged)
+        place(staged, limit)
         if not args.keep_download:
             shutil.rmtree(CACHE)
 
@@ -302,16 +318,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{csize / 2**20:.1f} MiB",
             flush=True,
         )
-        if csize > CHUNK_LIMIT:
-            raise SystemExit(f"{cdir.name} is over the chunk limit")
+        if csize > limit:
+            raise SystemExit(f"{cdir.name} is over the chunk limit: --repack")
     (GPU_DIR / "manifest.txt").write_text("\n".join(lines) + "\n")
     n_chunks = len(list(GPU_DIR.glob("chunk*")))
     print(f"wheels_packed: {len(lines)} (goal == {len(CORE) + len(SMALL)})")
     print(
         f"total_mib: {total / 2**20:.1f} in {n_chunks} chunks (goal: each <= "
-        f"{CHUNK_LIMIT / 2**20:.1f} MiB)"
+        f"{limit / 2**20:.1f} MiB)"
     )
-    tree = tracked_bytes()
     if tree is not None:
         # a call carries the working tree and one chunk: over 64 MiB the call is refused
         print(
