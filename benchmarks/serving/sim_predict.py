@@ -105,6 +105,9 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the simulator's cost table where no other is named: SGLang 0.5.17's in-engine forwards on
+#: the H200
+H200_TABLE = "h200_sglang0517_llama8b"
 #: the committed run `__main__` reads
 RESULTS = ROOT / "benchmarks" / "gpu" / "results" / "2026-12-02_serving"
 #: the servers `predict` knows (the benchmark's labels)
@@ -266,7 +269,7 @@ def _phase_s(trace: bench_traces.Trace) -> float:
 def simulate(
     trace: bench_traces.Trace,
     server: str,
-    table: str = "h200_sglang0517_llama8b",
+    table: str = H200_TABLE,
     accept_len: float = 2.4,
     *,
     prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
@@ -303,7 +306,7 @@ def simulate(
 def predict(
     trace: bench_traces.Trace,
     server: str,
-    table: str = "h200_sglang0517_llama8b",
+    table: str = H200_TABLE,
     accept_len: float = 2.4,
     *,
     prefill_us_per_token: tuple[float, float] | None = MEASURED_PREFILL_US,
@@ -358,7 +361,7 @@ def _miss_line(
     arrivals = _arrival_counts(trace) if trace.phases[0].kind == "poisson" else []
     ran = {}
     if server == "adaptive" and trace.phases[0].kind == "closed":
-        ctl = _controller(server, "h200_sglang0517_llama8b", 2.4)
+        ctl = _controller(server, H200_TABLE, 2.4)
         assert isinstance(ctl, SGLangAdaptiveController)
         for i, p in enumerate(trace.phases):
             steps = ctl.candidate_steps(int(p.level))
@@ -384,7 +387,7 @@ def _miss_line(
 AUTO_TABLE = "auto"
 #: decode steps as served on a card, merged over the H200's in-engine forwards: the card's
 #: name as the runs' header gives it (no spaces, upper case) -> the table
-SERVED_BY_CARD = {"H100": "h200_sglang0517_llama8b+h100_sglang0517_llama8b_served"}
+SERVED_BY_CARD = {"H100": f"{H200_TABLE}+h100_sglang0517_llama8b_served"}
 
 
 def _card_key(device: str) -> str:
@@ -400,7 +403,7 @@ def table_for(devices: Sequence[str]) -> str:
     for card, table in SERVED_BY_CARD.items():
         if names and all(card in n for n in names):
             return table
-    return "h200_sglang0517_llama8b"
+    return H200_TABLE
 
 
 def sim_lines(
