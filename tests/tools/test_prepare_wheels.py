@@ -24,8 +24,8 @@ def test_chunk_size_follows_the_tree() -> None:
 
 def test_the_tree_leaves_room_for_the_largest_wheel() -> None:
     """A canary for committed results: the largest wheel the box needs (sglang-kernel 0.4.5,
-    slimmed, 17.4 MiB) must still travel beside the tracked tree in one call, or the next
-    GPU session's installs are refused."""
+    slimmed, 17.4 MiB) must still travel beside the tracked tree in one call, or a GPU
+    machine's install calls are refused."""
     tree = pw.tracked_bytes()
     assert tree is not None
     assert pw.chunk_limit(tree) >= int(17.4 * MIB), f"tree {tree / MIB:.1f} MiB in blocks"
