@@ -19,8 +19,10 @@ timestamps, RECORD is rewritten without the dropped files):
 
 Packing: wheels go into ``.gpu/chunk1``, ``.gpu/chunk2``, ... (``.gpu/`` is git-ignored), first-fit
 by size, each small enough to travel with the working tree under the 64 MiB per-call transfer
-limit (one call per chunk with ``install``). ``.gpu/manifest.txt`` lists name, size and sha256 of
-every packed wheel. Usage::
+limit (one call per chunk with ``install``). A wheel larger than a chunk (the tree has grown)
+travels in pieces, ``NAME.whl.part1of3`` and so on, placed like wheels; ``run_on_device.sh
+install`` keeps the pieces on the machine until the last has come, then joins and installs the
+wheel. ``.gpu/manifest.txt`` lists name, size and sha256 of every packed wheel and piece. Usage::
 
     python3 benchmarks/gpu/prepare_wheels.py            # -> .gpu/chunk*/ + .gpu/manifest.txt
     python3 benchmarks/gpu/prepare_wheels.py --check    # verify the packed chunks only
@@ -47,8 +49,8 @@ CACHE = GPU_DIR / "download"
 # MiB on 2026-12-06 with the committed GPU results, and growing), the manifest and one chunk
 CALL_LIMIT = 64 * 2**20
 CALL_MARGIN = 2**19  # the manifest, and each wheel rounded up to whole blocks
-# wheel bytes per chunk at most; fewer where the tree leaves less (chunk_limit); the largest
-# wheel, sglang_kernel's slimmed, is 17.4 MiB
+# wheel bytes per chunk at most; fewer where the tree leaves less (chunk_limit); a wheel over
+# the limit travels in pieces (the largest, sglang_kernel's slimmed, is 17.4 MiB)
 CHUNK_MAX = 20 * 2**20
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
@@ -225,16 +227,51 @@ def chunk_limit(tree: int | None) -> int:
     return min(CHUNK_MAX, CALL_LIMIT - CALL_MARGIN - tree)
 
 
+#: a call that carries less than this beside the tree is not worth its start-up
+PIECE_MIN = 4 * 2**20
+
+
+def split(whl: Path, limit: int) -> list[Path]:
+    """``whl`` in pieces of at most ``limit`` bytes beside it (``NAME.part1ofN``, ...), the
+    wheel itself removed; ``join`` puts them back together byte for byte."""
+    size = whl.stat().st_size
+    n = -(-size // limit)
+    data = whl.read_bytes()
+    step = -(-size // n)  # even pieces, each within the limit
+    pieces = []
+    for i in range(n):
+        piece = whl.with_name(f"{whl.name}.part{i + 1}of{n}")
+        piece.write_bytes(data[i * step : (i + 1) * step])
+        pieces.append(piece)
+    whl.unlink()
+    return pieces
+
+
+def join(pieces: list[Path], dst: Path) -> Path:
+    """The wheel the pieces of one ``split`` came from, written to ``dst``."""
+    order = sorted(pieces, key=lambda p: int(p.name.rsplit(".part", 1)[1].split("of")[0]))
+    n = int(order[0].name.rsplit("of", 1)[1])
+    if len(order) != n:
+        raise SystemExit(f"{dst.name}: {len(order)} of {n} pieces")
+    dst.write_bytes(b"".join(p.read_bytes() for p in order))
+    return dst
+
+
 def pack(wheels: list[Path], limit: int) -> list[list[Path]]:
+    """First-fit by size into chunks of at most ``limit`` bytes; a wheel over the limit is
+    split into pieces first (``split``), which are placed like wheels."""
+    if limit < PIECE_MIN:
+        raise SystemExit(
+            f"the tracked tree leaves {limit / 2**20:.1f} MiB of a call's 64 for wheels: shrink "
+            "the tree (the committed results' raw tgz files are the largest part)"
+        )
+    items: list[Path] = []
+    for whl in wheels:
+        items += split(whl, limit) if whl.stat().st_size > limit else [whl]
     chunks: list[list[Path]] = []
     sizes: list[int] = []
-    for whl in sorted(wheels, key=lambda p: -p.stat().st_size):
+    for whl in sorted(items, key=lambda p: (-p.stat().st_size, p.name)):
         size = whl.stat().st_size
-        if size > limit:
-            raise SystemExit(
-                f"{whl.name} ({size / 2**20:.1f} MiB) exceeds one chunk: the tracked tree leaves "
-                f"{limit / 2**20:.1f} MiB of a call's 64; shrink the tree or slim the wheel"
-            )
         for i, used in enumerate(sizes):
             if used + size <= limit:
                 chunks[i].append(whl)
@@ -271,9 +308,15 @@ def main(argv: list[str] | None = None) -> int:
         staged = GPU_DIR / "staged"
         staged.mkdir(parents=True, exist_ok=True)
         for old in sorted(GPU_DIR.glob("chunk*")):
-            for whl in old.glob("*.whl"):
+            for whl in old.glob("*.whl*"):
                 shutil.move(str(whl), staged / whl.name)
             old.rmdir()
+        for first in sorted(staged.glob("*.whl.part1of*")):
+            name = first.name.rsplit(".part", 1)[0]
+            pieces = sorted(staged.glob(f"{name}.part*"))
+            join(pieces, staged / name)
+            for piece in pieces:
+                piece.unlink()
         place(staged, limit)
     elif not args.check:
         download(CORE + SMALL, CACHE)
@@ -304,25 +347,29 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = []
     total = largest = 0
+    wheels = 0
     for cdir in sorted(GPU_DIR.glob("chunk*")):
         csize = 0
-        for whl in sorted(cdir.glob("*.whl")):
-            verify_record(whl)
+        for whl in sorted(cdir.glob("*.whl*")):
+            if whl.name.endswith(".whl"):
+                verify_record(whl)
+                wheels += 1
             size = whl.stat().st_size
             csize += size
             lines.append(f"{cdir.name}/{whl.name} {size} {sha256(whl)}")
         total += csize
         largest = max(largest, csize)
         print(
-            f"[prepare] {cdir.name}: {len(list(cdir.glob('*.whl')))} wheels, "
+            f"[prepare] {cdir.name}: {len(list(cdir.glob('*.whl*')))} wheels and pieces, "
             f"{csize / 2**20:.1f} MiB",
             flush=True,
         )
         if csize > limit:
             raise SystemExit(f"{cdir.name} is over the chunk limit: --repack")
+    wheels += verify_pieces(GPU_DIR)
     (GPU_DIR / "manifest.txt").write_text("\n".join(lines) + "\n")
     n_chunks = len(list(GPU_DIR.glob("chunk*")))
-    print(f"wheels_packed: {len(lines)} (goal == {len(CORE) + len(SMALL)})")
+    print(f"wheels_packed: {wheels} (goal == {len(CORE) + len(SMALL)})")
     print(
         f"total_mib: {total / 2**20:.1f} in {n_chunks} chunks (goal: each <= "
         f"{limit / 2**20:.1f} MiB)"
@@ -334,6 +381,22 @@ def main(argv: list[str] | None = None) -> int:
             f"{(tree + largest) / 2**20:.1f} (goal < 64)"
         )
     return 0
+
+
+def verify_pieces(gpu_dir: Path) -> int:
+    """Each split wheel's pieces, over all chunks, joined and checked as a wheel; how many."""
+    pieces = sorted(gpu_dir.glob("chunk*/*.whl.part*of*"))
+    names = sorted({p.name.rsplit(".part", 1)[0] for p in pieces})
+    tmp = gpu_dir / "joined"
+    tmp.mkdir(exist_ok=True)
+    try:
+        for name in names:
+            verify_record(
+                join([p for p in pieces if p.name.startswith(name + ".part")], tmp / name)
+            )
+    finally:
+        shutil.rmtree(tmp)
+    return len(names)
 
 
 def tracked_bytes() -> int | None:
