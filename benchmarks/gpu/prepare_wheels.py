@@ -36,10 +36,12 @@ import base64
 import csv
 import hashlib
 import io
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,10 @@ CALL_MARGIN = 2**19  # the manifest, and each wheel rounded up to whole blocks
 # wheel bytes per chunk at most; fewer where the tree leaves less (chunk_limit); a wheel over
 # the limit travels in pieces (the largest, sglang_kernel's slimmed, is 17.4 MiB)
 CHUNK_MAX = 20 * 2**20
+#: a call that carries less than this beside the tree is not worth its start-up
+PIECE_MIN = 4 * 2**20
+#: a piece of a split wheel: ``NAME.whl.partIofN``
+PIECE = re.compile(r"(?P<name>.+\.whl)\.part(?P<i>\d+)of(?P<n>\d+)")
 
 # The engine and its GPU pieces (pins from sglang 0.5.17's metadata: torch==2.11.0,
 # sglang-kernel==0.4.5, flashinfer_python==0.6.15.post1, apache-tvm-ffi==0.1.11, xgrammar==0.2.1,
@@ -227,10 +233,6 @@ def chunk_limit(tree: int | None) -> int:
     return min(CHUNK_MAX, CALL_LIMIT - CALL_MARGIN - tree)
 
 
-#: a call that carries less than this beside the tree is not worth its start-up
-PIECE_MIN = 4 * 2**20
-
-
 def split(whl: Path, limit: int) -> list[Path]:
     """``whl`` in pieces of at most ``limit`` bytes beside it (``NAME.part1ofN``, ...), the
     wheel itself removed; ``join`` puts them back together byte for byte."""
@@ -247,12 +249,23 @@ def split(whl: Path, limit: int) -> list[Path]:
     return pieces
 
 
+def pieces_by_wheel(paths: Iterable[Path]) -> dict[str, list[Path]]:
+    """The pieces among ``paths`` (``PIECE``), by the wheel they came from, each in order."""
+    found: dict[str, list[tuple[int, Path]]] = {}
+    for p in paths:
+        m = PIECE.fullmatch(p.name)
+        if m:
+            found.setdefault(m["name"], []).append((int(m["i"]), p))
+    return {name: [p for _, p in sorted(ps)] for name, ps in sorted(found.items())}
+
+
 def join(pieces: list[Path], dst: Path) -> Path:
     """The wheel the pieces of one ``split`` came from, written to ``dst``."""
-    order = sorted(pieces, key=lambda p: int(p.name.rsplit(".part", 1)[1].split("of")[0]))
-    n = int(order[0].name.rsplit("of", 1)[1])
-    if len(order) != n:
-        raise SystemExit(f"{dst.name}: {len(order)} of {n} pieces")
+    (order,) = pieces_by_wheel(pieces).values()
+    m = PIECE.fullmatch(order[0].name)
+    assert m is not None
+    if len(order) != int(m["n"]):
+        raise SystemExit(f"{dst.name}: {len(order)} of {m['n']} pieces")
     dst.write_bytes(b"".join(p.read_bytes() for p in order))
     return dst
 
@@ -311,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             for whl in old.glob("*.whl*"):
                 shutil.move(str(whl), staged / whl.name)
             old.rmdir()
-        for first in sorted(staged.glob("*.whl.part1of*")):
-            name = first.name.rsplit(".part", 1)[0]
-            pieces = sorted(staged.glob(f"{name}.part*"))
+        for name, pieces in pieces_by_wheel(staged.iterdir()).items():
             join(pieces, staged / name)
             for piece in pieces:
                 piece.unlink()
@@ -385,18 +396,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def verify_pieces(gpu_dir: Path) -> int:
     """Each split wheel's pieces, over all chunks, joined and checked as a wheel; how many."""
-    pieces = sorted(gpu_dir.glob("chunk*/*.whl.part*of*"))
-    names = sorted({p.name.rsplit(".part", 1)[0] for p in pieces})
+    split_wheels = pieces_by_wheel(gpu_dir.glob("chunk*/*"))
     tmp = gpu_dir / "joined"
     tmp.mkdir(exist_ok=True)
     try:
-        for name in names:
-            verify_record(
-                join([p for p in pieces if p.name.startswith(name + ".part")], tmp / name)
-            )
+        for name, pieces in split_wheels.items():
+            verify_record(join(pieces, tmp / name))
     finally:
         shutil.rmtree(tmp)
-    return len(names)
+    return len(split_wheels)
 
 
 def tracked_bytes() -> int | None:
