@@ -16,7 +16,14 @@ The engine here is a CPU one, so its forwards are slow and the share is small; t
 microseconds are what carries over to a GPU server's host, where a K-wide decode step of an 8B
 model takes about 10 ms (docs/serving.md).
 
+With ``--policy goodput`` the policy deciding each forward is the GPU serving bed's goodput
+policy (`launch.GPU_GOODPUT`: its table's prices, online calibration, the context of every
+decode and the prefill pressure), optionally priced from a served run's start-up profile
+(``--profile``), instead of the threshold; in SPECULATING at 8 requests both decide to stay, so
+the difference is what the goodput policy's own decision costs per forward.
+
 Usage: python benchmarks/hook_cost.py [--rounds 3] [--tokens 256] [--mode spec|plain]
+       [--policy threshold|goodput] [--profile CSV]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 #: the deferred prefill's own total in the hooks' file (benchmarks/hook_timing)
 DEFERRED = "in_deferred_prefill"
 sys.path.insert(0, str(HERE / "serving"))
+from launch import GPU_GOODPUT  # noqa: E402  (the serving benchmark's goodput policy)
 from ratios import mean_spread  # noqa: E402  (the serving benchmark's repetitions)
 
 #: a threshold policy above any batch: it holds SPECULATING (``--mode plain`` pins PLAIN
@@ -65,13 +73,31 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=256, help="new tokens per request and round")
     ap.add_argument("--mode", choices=("spec", "plain"), default="spec", help="the mode held")
+    ap.add_argument(
+        "--policy",
+        choices=("threshold", "goodput"),
+        default="threshold",
+        help="the policy deciding each forward: a threshold above any batch, or the GPU serving "
+        "bed's goodput policy (launch.GPU_GOODPUT, its prices, calibration and prefill pressure)",
+    )
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="with --policy goodput: a start-up profile CSV to price from, as a served run's "
+        "(its results' specfsm/profile-0.csv)",
+    )
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="hook_cost_"))
     os.environ["HOOK_TIMING_OUT"] = str(out)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         x for x in (str(HERE / "hook_timing"), os.environ.get("PYTHONPATH", "")) if x
     )
-    cfg = {"policy": POLICY, "plain": "zero_tax", "contracts_every": 16, "control_every": 16}
+    policy = POLICY if args.policy == "threshold" else GPU_GOODPUT
+    if args.profile:
+        policy = {**policy, "profile": args.profile}
+    cfg = {"policy": policy, "plain": "zero_tax", "contracts_every": 16, "control_every": 16}
+    # the transition log tells whether the policy held the mode the rounds are meant to time
+    cfg["log"] = str(out / "transitions-rank{rank}.jsonl")
     if args.mode == "plain":
         control = out / "control.json"
         control.write_text(json.dumps({"pin": "PLAIN"}))
@@ -130,6 +156,12 @@ def main() -> int:
             f"{', '.join(f'{x:.1f}' for x in prefill_us)}; spread {ps:.1%}) (info: what a "
             "prefill while PLAIN adds beside its target forward, CPU engine, this machine)"
         )
+    switches = sum(
+        '"specfsm.transition"' in line
+        for f in out.glob("transitions-rank*.jsonl")
+        for line in f.read_text().splitlines()
+    )
+    print(f"policy: {policy['name']}; transitions logged: {switches} (info: 0, the mode held)")
     print(
         f"hook_share_of_cpu_forward: {statistics.fmean(shares):.4f} (info: of this CPU "
         "engine's wall time per forward)"
