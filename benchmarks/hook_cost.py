@@ -161,7 +161,11 @@ def main() -> int:
         for f in out.glob("transitions-rank*.jsonl")
         for line in f.read_text().splitlines()
     )
-    print(f"policy: {policy['name']}; transitions logged: {switches} (info: 0, the mode held)")
+    held = 2 if args.mode == "plain" else 0  # a pinned PLAIN's own switch: LOAD_HIGH, DRAINED
+    print(
+        f"policy: {policy['name']}; transitions logged: {switches} (info: the mode held "
+        f"when it is {held})"
+    )
     print(
         f"hook_share_of_cpu_forward: {statistics.fmean(shares):.4f} (info: of this CPU "
         "engine's wall time per forward)"
