@@ -17,17 +17,16 @@ three points of each iteration:
 The controller never changes mode-specific state itself: only SGLangModeActions does, inside
 transitions. Its parts, one job each: the runtime states the worker switches between
 (`runtime_states.EngineStates`), the flight state carried between the hooks' calls
-(`flight.Flight`), which policy the machine decides with and why (`switchboard`, the control
-plane: the configured policy, the start-up profile's pricing, the control file), the
-spec-state contracts (`batch_contracts`) and the mode actions (`actions`). This module is the
-hot path and its extension points.
+(`flight.Flight`), which policy the machine decides with and why (`switchboard`, the control plane:
+the configured policy, the start-up profile's pricing, the control file), the spec-state contracts
+(`batch_contracts`) and the mode actions (`actions`). This module is the hot path and its extension
+points.
 
-Extension points (production API, typed): a
-`ControllerExtension` (registered with `hooks.add_extension`) may wrap the ModeActions before
-the machine is built and add `ControllerObserver`s, which see each decode forward (before the
-decision, before the contract check, after both), each other forward, each processed result,
-each transition, each fault and each idle check. With no observer the hot path pays one
-empty-list test per point.
+Extension points (production API, typed): a `ControllerExtension` (registered with
+`hooks.add_extension`) may wrap the ModeActions before the machine is built and add
+`ControllerObserver`s, which see each decode forward (before the decision, before the contract
+check, after both), each other forward, each processed result, each transition, each fault and each
+idle check. With no observer the hot path pays one empty-list test per point.
 """
 
 from __future__ import annotations
@@ -67,10 +66,9 @@ if TYPE_CHECKING:
 class ControllerObserver:
     """Sees what one rank's controller sees; subclass it and override what you need.
 
-    Observers are added to :attr:`Controller.observers` (usually by a
-    :class:`ControllerExtension`'s ``attach``). They run on the scheduler's thread, in the hot
-    path, so they must be cheap; an exception raised by one propagates into SGLang's scheduler.
-    Every method here does nothing.
+    Observers are added to :attr:`Controller.observers` (usually by a :class:`ControllerExtension`'s
+    ``attach``). They run on the scheduler's thread, in the hot path, so they must be cheap; an
+    exception raised by one propagates into SGLang's scheduler. Every method here does nothing.
     """
 
     def before_decide(self, ctl: Controller, batch: Any) -> None:
@@ -183,9 +181,10 @@ class Controller(PolicySwitchboard):
         self.tp_group, self.global_load = consensus.rank_groups(server_args)
         #: the ranks' mean step time, for a policy that learns from it (None: one rank)
         self.step_clock = consensus.StepClock(self.tp_group) if self.tp_group is not None else None
-        #: prefills are observed for a policy that sees them (TP ranks run the same prefill; DP
-        #: attention ranks do not)
+        #: prefills are observed, and deferred prompts told (Observation.draft_debt), alike on
+        #: every rank (TP ranks run the same prefill; DP attention ranks do not)
         self.prefill_decisions = self.global_load is None
+        self.debt_store = getattr(self.zero_tax, "store", None) if self.prefill_decisions else None
         #: the last decode observation's mean context (a prefill observation prices at it)
         self.mean_ctx = 0
 
@@ -278,6 +277,7 @@ class Controller(PolicySwitchboard):
             step_shape=fl.prev_shape,
             step_kind=fl.prev_kind if prev_t else "",
             shape=fsm.shape,
+            draft_debt=self.debt_store.used if self.debt_store is not None else 0,
         )
         self._step(obs)
         mode = fsm.mode
@@ -342,6 +342,7 @@ class Controller(PolicySwitchboard):
             mean_ctx=self.mean_ctx,
             shape=fsm.shape,
             prefill_tokens=max(1, compat.extend_tokens(batch)),
+            draft_debt=self.debt_store.used if self.debt_store is not None else 0,
         )
         self._step(obs)
 

@@ -25,6 +25,8 @@ Policy inputs on transition and observation lines: bs, running, queued, accept_l
   mean_ctx               only when measured (a context-aware policy; 0 means unknown: omitted)
   prefill_tokens         only on a prefill observation (a policy that sees prefills): the prompt
                          tokens of the prefill forward about to run
+  draft_debt             only when > 0: deferred prompt tokens the draft has not seen (zero-tax
+                         PLAIN), which a catch-up would extend over
   specfsm.action_failed  a mode action raised: which, where, the exception
   specfsm.policy_failed  a policy raised or returned a wrong value: policy, iteration, error,
                          its fault count and the limit (the FAULT transition follows)
@@ -124,6 +126,8 @@ def obs_fields(
         out["mean_ctx"] = obs.mean_ctx
     if obs.prefill_tokens > 0:
         out["prefill_tokens"] = obs.prefill_tokens
+    if obs.draft_debt > 0:
+        out["draft_debt"] = obs.draft_debt
     return out
 
 

@@ -36,6 +36,13 @@ class Observation:
     forward carries, `decode_bs` the requests decoding once it is done (the running ones plus
     the prefill's own), `accept_lens` empty and `step_ms` 0 (nothing was verified or measured
     since the last observation). 0 on a decode observation.
+
+    `draft_debt` is the prompt tokens the draft has not seen of requests prefilled while
+    zero-tax PLAIN (their draft prefill deferred): a RESYNCING catch-up extends the draft over
+    them besides each request's decode lag. It is the adapter's deferred-prompt store as of its
+    last prefill (entries of requests gone since then drop at the next one), identical on TP
+    ranks; 0 when there is none or the adapter cannot say alike on every rank (DP attention),
+    and then a policy prices the decode lag alone.
     """
 
     iteration: int
@@ -52,6 +59,7 @@ class Observation:
     step_kind: str = ""
     shape: DraftShape | None = None
     prefill_tokens: int = 0
+    draft_debt: int = 0
 
     def mean_accept_len(self) -> float | None:
         """Mean accept length of the last verify, or None when there was none."""

@@ -132,6 +132,7 @@ def observation(
         accept_shape=accept_shape if lens else None,
         shape=shape,
         prefill_tokens=int(d.get("prefill_tokens", 0) or 0),
+        draft_debt=int(d.get("draft_debt", 0) or 0),
     )
 
 

@@ -293,6 +293,40 @@ def test_leaving_zero_tax_plain_waits_for_the_catch_up_to_pay(cost: CostModel) -
     assert cost.spec_tps(bs, ACC) > cost.off_tps(bs, "warm") and leaves(warm)
 
 
+def test_deferred_prompts_are_part_of_the_catch_up(cost: CostModel) -> None:
+    """The prompts of requests prefilled while zero-tax PLAIN (`draft_debt`) are extended over
+    by the catch-up too: at a bs where the default horizon pays for the decode lag alone, a
+    debt whose catch-up costs more than the horizon saves keeps PLAIN, and the LOAD_LOW taken
+    without it says the debt it carried (a decision is data)."""
+
+    def saving(bs: int) -> float:
+        return cost.off_ms(bs) - cost.spec_ms(bs) / ACC
+
+    bs = next(
+        b
+        for b in range(1, 200)
+        if 0 < cost.catchup_ms(b, b * 128) < 64 * saving(b)
+        and cost.spec_tps(b, ACC) > cost.off_tps(b) * 1.001
+    )
+    debt = next(
+        d for d in range(1_000, 10**7, 1_000) if cost.catchup_ms(bs, bs * 128 + d) > 64 * saving(bs)
+    )
+
+    def first(debt_tokens: int) -> tuple[GoodputPolicy, object]:
+        p = GoodputPolicy(cost, ACC, margin=0.0, min_dwell=0, debounce=1)
+        p.decide(Mode.PLAIN, Observation(iteration=0, decode_bs=0))  # PLAIN since iteration 0
+        for i in range(1000, 1050):
+            v = p.decide(Mode.PLAIN, Observation(iteration=i, decode_bs=bs, draft_debt=debt_tokens))
+            if v is not None:
+                return p, v
+        return p, None
+
+    assert first(debt)[1] is None
+    p, v = first(debt // 10)
+    assert event_of(v) is Event.LOAD_LOW  # type: ignore[arg-type]
+    assert f"draft debt {debt // 10} tokens" in p.last_reason
+
+
 def test_without_shapes_it_is_the_on_off_policy(cost: CostModel) -> None:
     """shapes=() never RESHAPEs; with shapes the launch shape is always a candidate."""
     p = GoodputPolicy(cost, ACC)

@@ -229,17 +229,22 @@ def _deferred_run(d: Path, plain: str, extra: dict[str, Any] | None = None) -> d
     finally:
         eng.shutdown()
     rounds: dict[int, tuple[int, ...]] = {}
+    debts: list[int] = []  # the draft debt each observation told the policy, in order
     for ln in F.transitions(d):
-        if ln.get("event") == "specfsm.observation" and ln.get("accept_lens"):
-            rounds[ln["accept_lens_iteration"]] = tuple(ln["accept_lens"])
-    return {"out": out, "rounds": rounds, "counters": counters}
+        if ln.get("event") == "specfsm.observation":
+            debts.append(ln.get("draft_debt", 0))
+            if ln.get("accept_lens"):
+                rounds[ln["accept_lens_iteration"]] = tuple(ln["accept_lens"])
+    return {"out": out, "rounds": rounds, "counters": counters, "debts": debts}
 
 
 def test_deferred_prefill_catches_up_to_an_eager_prefill(tmp_path: Path) -> None:
     """Prompts prefilled while PLAIN run the target alone (no draft forward in PLAIN at all);
     RESYNCING extends the draft over each prompt and its lag in one go, and every K-wide
     round after re-entry accepts as in the run whose draft prefilled eagerly and decoded warm
-    (upstream's steps=0) and as zero-tax PLAIN with deferral off. Greedy outputs equal."""
+    (upstream's steps=0) and as zero-tax PLAIN with deferral off. Greedy outputs equal. The
+    policy is told the deferred prompts as the draft's debt while they wait, none after the
+    catch-up, and none when nothing was deferred."""
     want = E.AgreeReference()(PROMPTS, NEW_TOKENS)
     warm = _deferred_run(tmp_path / "warm", "warm")
     eager = _deferred_run(tmp_path / "eager", "zero_tax", {"defer_prefill_tokens": 0})
@@ -258,6 +263,8 @@ def test_deferred_prefill_catches_up_to_an_eager_prefill(tmp_path: Path) -> None
     assert zt["prompt_caught_up_tokens"] == prompt_tokens
     assert zt["prompt_dropped_tokens"] == 0 and zt["store_tokens"] == 0
     assert eager["counters"]["zero_tax"]["deferred_rows"] == 0
+    assert max(lazy["debts"]) == prompt_tokens and lazy["debts"][-1] == 0
+    assert not any(eager["debts"]) and not any(warm["debts"])
 
 
 def test_deferred_prefill_store_full_prefills_eagerly(tmp_path: Path) -> None:

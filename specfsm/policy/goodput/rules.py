@@ -90,12 +90,18 @@ Rule = Callable[[RuleContext, Estimate, Ledger, Mode, Observation], Outcome]
 _SPEC = StepKind.SPEC
 
 
-def _pays(p: RuleContext, e: Estimate, it: int, off: float, ms: float, acc: float) -> bool:
-    """With zero-tax PLAIN: leaving it pays its catch-up (always with warm PLAIN)."""
+def _pays(p: RuleContext, e: Estimate, obs: Observation, off: float, ms: float, acc: float) -> bool:
+    """With zero-tax PLAIN: leaving it pays its catch-up (always with warm PLAIN): the decode
+    lag the PLAIN stay left and the deferred prompts the adapter holds (`draft_debt`)."""
     if p.params.plain is PlainVariant.WARM:
         return True
-    lag = catchup_lag(e.bs, it - p.ledger.since, p.params.lag_cap)
+    lag = catchup_lag(e.bs, obs.iteration - p.ledger.since, p.params.lag_cap) + obs.draft_debt
     return catchup_pays(p.params.horizon, off, ms, acc, p.est.catchup_ms(e.bs, e.ctx, lag))
+
+
+def _debt(obs: Observation) -> str:
+    """The deferred prompt tokens a LOAD_LOW's catch-up carries, for its reason."""
+    return f", draft debt {obs.draft_debt} tokens" if obs.draft_debt > 0 else ""
 
 
 def _verdict(
@@ -152,7 +158,7 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
         acc = e.upper()
         ib, top = best(acc, ms, e.bs)
         bound = UPPER
-    past = beats(top, e.plain, margin) and _pays(p, e, it, e.off_ms, ms[ib], acc[ib])
+    past = beats(top, e.plain, margin) and _pays(p, e, obs, e.off_ms, ms[ib], acc[ib])
     L.shape_streak = 0
     if not past:
         L.reset_streak()
@@ -172,6 +178,7 @@ def speculate(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observati
     reason = (
         f"goodput: {cands[ib].label()} {top:.0f} > plain {e.plain:.0f} tok/s "
         f"{_judged(margin, bound)} at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc[ib]:.2f}"
+        f"{_debt(obs)}"
     )
     rule = "probe-resolved" if resolving else "speculate"
     return _verdict(p, e, ev, rule, reason, acc=acc, ms=ms, bound=bound, margin=margin, chosen=ib)
@@ -195,7 +202,7 @@ def reprobe(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation
         return None
     ms = e.opt_ms
     ip, topp = best(est.acc_prior, ms, e.bs)
-    if not (topp > e.plain and _pays(p, e, it, e.off_ms, ms[ip], est.acc_prior[ip])):
+    if not (topp > e.plain and _pays(p, e, obs, e.off_ms, ms[ip], est.acc_prior[ip])):
         L.reprobe_at = it + est.accept_refresh  # checked again after the next refresh
         return None
     acc_u = e.upper()
@@ -375,9 +382,7 @@ def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
     spec = 1000.0 * e.bs * acc / e.spec_ms[0]
     margin = L.margin(obs.iteration)
     if mode is Mode.PLAIN:
-        past = beats(spec, e.plain, margin) and _pays(
-            p, e, obs.iteration, e.off_ms, e.spec_ms[0], acc
-        )
+        past = beats(spec, e.plain, margin) and _pays(p, e, obs, e.off_ms, e.spec_ms[0], acc)
     else:
         past = beats(e.plain, spec, margin)
     ev = L.confirm(past, mode, obs.iteration, True)
@@ -390,6 +395,8 @@ def onoff(p: RuleContext, e: Estimate, L: Ledger, mode: Mode, obs: Observation) 
         rule = "onoff-plain"
         reason = f"goodput: plain {e.plain:.0f} > spec {spec:.0f} tok/s"
     reason += f" x (1+{margin:g}) at bs={e.bs}, ctx={obs.mean_ctx}, accept_len={acc:.2f}"
+    if mode is Mode.PLAIN:
+        reason += _debt(obs)
     return _verdict(
         p, e, ev, rule, reason, acc=(acc,), ms=e.spec_ms, bound=POINT, margin=margin,
         chosen=0 if mode is Mode.PLAIN else None,
