@@ -145,6 +145,9 @@ class _Requests:
         self.t_first = np.zeros(cap)
         self.t_arrive = np.zeros(cap)
         self.lag = np.zeros(cap, dtype=np.int64)
+        # the prompt tokens of a lazy (target-only) prefill until a catch-up: the adapter's
+        # deferred-prompt store, told to the policy as Observation.draft_debt
+        self.debt = np.zeros(cap, dtype=np.int64)
         self.decoding = np.zeros(cap, dtype=bool)
         self.ctx_len = np.zeros(cap, dtype=np.int64)  # KV length: prompt + committed tokens
         self.cold = np.zeros(cap, dtype=np.int64)  # cold rounds left (skip-flag re-entry)
@@ -159,6 +162,9 @@ class _Requests:
 
     def decode_bs(self) -> int:
         return int(self.decoding.sum())
+
+    def draft_debt(self) -> int:
+        return int(self.debt[self.alive].sum())
 
     def mean_ctx(self, bs: int) -> int:
         return int(self.ctx_len[self.decoding].sum()) // bs if bs else 0
@@ -192,6 +198,7 @@ class _Requests:
         self.remaining[slots] = o - 1
         self.t_arrive[slots] = arrivals
         self.lag[slots] = 0
+        self.debt[slots] = 0
         self.cold[slots] = 0
         self.ctx_len[slots] = p
         self.key[slots] = self.np.arange(
@@ -293,6 +300,7 @@ class _Decode:
                 tokens = self._cold(tokens, u, shape, a, reqs)
             ctl.feed(shape, float(tokens.mean()), bs)
             reqs.lag[dec] = 0
+            reqs.debt[dec] = 0
             return ms, tokens, int(tokens.sum())
         if kind == NO_DRAFT:
             reqs.lag[dec] += 1
@@ -309,6 +317,7 @@ class _Decode:
         # RESYNC: a zero-tax PLAIN step + a batched draft-extend over every request's lag
         lag_total = int(reqs.lag[dec].sum()) + bs
         reqs.lag[dec] = 0
+        reqs.debt[dec] = 0
         return cost.resync_ms(bs, lag_total), 1, bs
 
     def cold_alpha(self, shape: DraftShape, a: float) -> float:
@@ -381,6 +390,7 @@ def run(
     ctx_aware = len(cost.contexts) > 1  # several contexts: price at the batch's mean KV length
     is_fsm = isinstance(controller, FSMController)
     lazy = lazy_draft_prefill or controller.lazy_draft_prefill
+    debt_to = controller if lazy and isinstance(controller, FSMController) else None
     end_t = load.duration_s if load.duration_s is not None else math.inf
     max_it = iterations if iterations is not None else sys.maxsize
     accept_lens: tuple[int, ...] = ()
@@ -395,6 +405,8 @@ def run(
         slots, prompts = reqs.admit(new)
         mean_ctx = reqs.mean_ctx(bs)
         prefill_tokens = int(prompts.sum()) if new else 0
+        if debt_to is not None:
+            debt_to.draft_debt = reqs.draft_debt()
         if prefill_tokens and controller.wants_prefills:
             # SGLang's prefill forward runs before the decode: its observation comes first
             controller.observe_prefill(it, bs, len(new), prefill_tokens, arrivals.waiting())
@@ -404,6 +416,7 @@ def run(
         ms = cost.prefill_ms(prefill_tokens, with_draft) if prefill_tokens else 0.0
         if new and not with_draft and controller.has_draft:
             reqs.lag[slots] = prompts
+            reqs.debt[slots] = prompts
         tokens: Any = 1
         n_tok = bs
         decode_ms = 0.0

@@ -79,6 +79,8 @@ class FSMController(Controller):
         self.wants_prefills = prefill_observations and bool(getattr(policy, "sees_prefills", False))
         self._extra = 0  # observations besides the engine's iterations (prefills)
         self._mean_ctx = 0  # the last decode observation's (a prefill observation's too)
+        #: the lazily prefilled prompts not caught up yet (set by the engine each iteration)
+        self.draft_debt = 0
         self.policy = policy
         self.shape = shape
         self.plain = check_plain_variant(plain)
@@ -119,6 +121,7 @@ class FSMController(Controller):
             step_shape=self._step_shape,
             step_kind=self._step_kind,
             shape=machine.shape,
+            draft_debt=self.draft_debt,
         )
         machine.step(obs)
         mode: Mode = machine.mode
@@ -146,6 +149,7 @@ class FSMController(Controller):
             mean_ctx=self._mean_ctx,
             shape=machine.shape,
             prefill_tokens=tokens,
+            draft_debt=self.draft_debt,
         )
         self._extra += 1
         machine.step(obs)

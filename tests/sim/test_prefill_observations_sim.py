@@ -4,6 +4,9 @@ goodput policy's prefill pressure decides in the simulator as it does when serve
 
 from __future__ import annotations
 
+from typing import Any
+
+from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Mode
 from specfsm.model.acceptance import DraftShape, alpha_from_accept_length
 from specfsm.model.costs import CostModel, load_table
@@ -70,3 +73,39 @@ def test_the_prefill_pressure_leaves_speculating_as_the_first_burst_comes() -> N
         assert seen.mode_time_s["SPECULATING"] < blind.mode_time_s["SPECULATING"]
         assert seen_ctl.policy.est.share > 0.0  # type: ignore[attr-defined]
         assert blind_ctl.policy.est.share == 0.0  # type: ignore[attr-defined]
+
+
+class _Seen:
+    """The goodput policy, with the draft debt of every observation it was asked on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.debts: list[tuple[Mode, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decide(self, mode: Mode, obs: Observation) -> Any:
+        self.debts.append((mode, obs.draft_debt))
+        return self.inner.decide(mode, obs)
+
+
+def test_the_policy_is_told_the_prompts_prefilled_without_the_draft() -> None:
+    """With the draft's prefill deferred in PLAIN (as the adapter does), the policy is told the
+    prompts not caught up yet (`Observation.draft_debt`) while PLAIN, and the catch-up clears
+    them; with the draft prefilled eagerly there is never a debt."""
+    cost = CostModel(load_table("h200_sglang0517_llama8b"), CHAIN3)
+    alpha = alpha_from_accept_length(2.4, CHAIN3)
+    debts = {}
+    for lazy in (True, False):
+        pol = _Seen(goodput_from_args(SERVED))
+        ctl = FSMController(
+            "goodput", pol, CHAIN3, lazy_draft_prefill=lazy, prefill_observations=True
+        )
+        run(ctl, BURSTY, cost, alpha, workload=LENGTHS, seed=0)
+        debts[lazy] = pol.debts
+    plain = [d for mode, d in debts[True] if mode is Mode.PLAIN]
+    spec = [d for mode, d in debts[True] if mode is Mode.SPECULATING]
+    assert plain and max(plain) > 10 * LENGTHS.prompt_len[1]  # a burst's prompts
+    assert spec and sorted(spec)[len(spec) // 2] == 0  # caught up: speculating owes nothing
+    assert not any(d for _, d in debts[False])
