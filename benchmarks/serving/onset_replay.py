@@ -10,7 +10,10 @@ before each run). From them this tool rebuilds what the adapter gave the policy 
 - a decode (D): ``decode_bs``, and the last decode's step as ``step_ms`` (the gap from its
   launch to the next: with overlap on, the iteration's wall time as served) with its kind;
   while SPECULATING, accept lengths of the mean the log last recorded (its transition and
-  observation lines carry them; the policy's ``accept_len`` before any).
+  observation lines carry them; the policy's ``accept_len`` before any);
+- either, while PLAIN: the draft debt (`DraftDebt`): the prompt tokens prefilled while PLAIN,
+  less the share of the requests gone at each prefill, set to the logged figure at each
+  observation line of a log that carries it.
 
 Each run's policy (the control-file swap before it) is built afresh from its spec and fed the
 iterations from that swap on, in the mode the run was in at each one (open loop: a verdict
@@ -25,15 +28,17 @@ the adapter does. What the replay leaves out: the batch's mean context (0: the t
 context) and the steps as the adapter measures them (the launch gaps here). So the threshold
 policy replays exactly what it saw (its inputs are all in the trace), the goodput policy
 approximately, and without the profile not at all faithfully; the variant that reproduces the
-recorded times says how closely. One key of a variant is not the policy's: ``change_skip``
+recorded times says how closely. Two keys of a variant are not the policy's: ``change_skip``
 (default true) reports the steps as the adapter has since 2026-12-05, without the first
-interval after a change of step kind; false, as runs served before then saw them.
+interval after a change of step kind; false, as runs served before then saw them. ``debt``
+(default true) tells the policy the rebuilt draft debt, as the adapter has since 2026-12-07;
+false tells it none, as runs served before then did.
 
     R=benchmarks/gpu/results/2026-12-04_serving
     python benchmarks/serving/onset_replay.py --runs $R/runs.jsonl \\
         --tgz $R/2026-12-04_machine8/traces_logs_machine8.tgz \\
         --variant "threshold:prefill_step_tokens=0,prefill_debounce=false;\\
-    goodput:prefill_debounce=false,cal_clip=0,change_skip=false" --variant none
+    goodput:prefill_debounce=false,cal_clip=0,change_skip=false,debt=false" --variant none
 
 (the first variant is the code the runs were served with, the second this code's defaults).
 """
@@ -65,6 +70,40 @@ from specfsm.policy.registry import make_policy
 LEAVES = {Mode.SPECULATING: Event.LOAD_HIGH, Mode.PLAIN: Event.LOAD_LOW}
 
 
+class DraftDebt:
+    """The draft debt the adapter tells its policy (`Observation.draft_debt`: the prompt
+    tokens of requests prefilled while zero-tax PLAIN, their draft prefill deferred), rebuilt
+    from the trace: each prefill run while PLAIN adds its prompt tokens; at each prefill the
+    requests gone since the last one take their share away, as the adapter drops them from
+    its store then and not before (the trace does not say which ones left, so the store is
+    taken to lose them at random); outside PLAIN there is none (a RESYNCING catch-up extends
+    the draft over them); at each observation line of a log that carries the debt it is the
+    logged figure."""
+
+    def __init__(self, b: Bundle) -> None:
+        self.b = b
+        self.debt = 0.0
+        self.held = 0  # the requests the batch held once the last prefill joined it
+        self.seen = 0  # observation lines applied
+
+    def told(self, t: float, kind: str, bs: int, running: int, mode: Mode) -> int:
+        """The debt told at the iteration launched at `t`, before its own prefill adds."""
+        i = bisect.bisect_right(self.b.debt_ts, t)
+        if i > self.seen:
+            self.debt, self.seen = float(self.b.debt[i - 1]), i
+        if mode is not Mode.PLAIN:
+            self.debt = 0.0
+        if kind in ("E", "M"):
+            if 0 < running < self.held:
+                self.debt *= running / self.held
+            self.held = running + bs
+        return round(self.debt)
+
+    def prefilled(self, tokens: int, mode: Mode) -> None:
+        if mode is Mode.PLAIN:
+            self.debt += tokens
+
+
 def observations(
     b: Bundle,
     t_from: float,
@@ -72,19 +111,22 @@ def observations(
     accept_len: float,
     shape: DraftShape | None = None,
     change_skip: bool = True,
+    debt: bool = True,
 ) -> Iterator[Any]:
     """(launch time, recorded mode, Observation, prompt tokens) of every iteration launched in
     [t_from, t_to). A decode's ``step_ms`` is the time since the previous decode's launch as
     the adapter reports it (`specfsm_sglang.flight.Flight`, overlap on): none after a prefill,
     nor at the decode after that, nor (`change_skip`, the adapter since 2026-12-05) the first
     after a change of step kind; a speculative step's shape is `shape` (the launch shape: no
-    RESHAPE is replayed)."""
+    RESHAPE is replayed); `debt`: the rebuilt draft debt (`DraftDebt`), else none."""
     i0 = bisect.bisect_left(b.row_ts, t_from)
     i1 = bisect.bisect_left(b.row_ts, t_to)
     fl = flight.Flight(1, overlap=True, start_skip=0)  # the replay starts mid-process
+    store = DraftDebt(b)
     for k in range(i0, i1):
         t, kind, bs, ext, queued, running, _free = b.rows[k]
         mode = b.mode_at(t)
+        owed = store.told(t, kind, bs, running, mode) if debt else 0
         if kind in ("E", "M"):
             fl.forget_step()
             obs = Observation(
@@ -94,8 +136,10 @@ def observations(
                 queued=queued,
                 mean_ctx=b.ctx_at(t),
                 prefill_tokens=max(1, ext),
+                draft_debt=owed,
             )
             yield t, mode, obs, ext
+            store.prefilled(ext, mode)
             continue
         if kind != "D":
             continue
@@ -123,6 +167,7 @@ def observations(
             step_shape=shape if spec_step else None,
             step_kind=step_kind,
             shape=shape,
+            draft_debt=owed,
         )
         yield t, mode, obs, 0
         # the mode this forward ran in: after the decision taken before it
@@ -141,6 +186,7 @@ def replay(
     # not a policy key: whether the steps are reported as the adapter has since 2026-12-05
     spec = dict(spec)
     change_skip = bool(spec.pop("change_skip", True))
+    debt = bool(spec.pop("debt", True))
     if b.profile and spec.get("name") == "goodput" and "profile" not in spec:
         spec = {**spec, "profile": b.profile}
     policy: Policy = make_policy(spec)
@@ -151,7 +197,9 @@ def replay(
     out: list[tuple[float, Mode, str]] = []
     stretch: tuple[Mode, float] | None = None
     fired = False
-    feed = (o for a, z in periods for o in observations(b, a, z, accept_len, shape, change_skip))
+    feed = (
+        o for a, z in periods for o in observations(b, a, z, accept_len, shape, change_skip, debt)
+    )
     for t, mode, obs, _tok in feed:
         i = bisect.bisect_right(b.trans_ts, t)
         key = (mode, b.trans_ts[i - 1] if i else 0.0)

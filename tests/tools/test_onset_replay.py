@@ -138,7 +138,7 @@ def test_machine_9s_served_runs_replay_their_switches_and_this_code_drops_the_st
     the goodput policy makes none at 2 requests."""
     folder = RESULTS / "2026-12-04_serving"
     served = "threshold:prefill_step_tokens=0,prefill_debounce=false;"
-    served += "goodput:prefill_debounce=false,cal_clip=0,change_skip=false"
+    served += "goodput:prefill_debounce=false,cal_clip=0,change_skip=false,debt=false"
     onset_replay.main(
         [
             "--runs",
@@ -158,5 +158,69 @@ def test_machine_9s_served_runs_replay_their_switches_and_this_code_drops_the_st
     assert f"{threshold} recorded switches replayed, 0.00 s earlier" in out
     at_two = [s for s in out.splitlines() if s.startswith("  SPECULATING->DRAINING at 2.13 s")]
     assert len(at_two) == 2  # the two goodput runs
-    assert "prefill_debounce=false,cal_clip=0,change_skip=false 2.13 (+0.00 s" in at_two[0]
+    served_cell = "prefill_debounce=false,cal_clip=0,change_skip=false,debt=false 2.13 (+0.00 s"
+    assert served_cell in at_two[0]
     assert all(s.endswith("this code none") for s in at_two)
+
+
+def _plain_log(anchor: tuple[float, int] | None) -> list[dict[str, Any]]:
+    """PLAIN from 0.5 s; an observation line at `anchor` (ts, its draft debt) when given."""
+    lines: list[dict[str, Any]] = [
+        {"event": "specfsm.transition", "ts": 0.5, "src": "DRAINING", "dst": "PLAIN"},
+    ]
+    if anchor is not None:
+        lines.append({"event": "specfsm.observation", "ts": anchor[0], "draft_debt": anchor[1]})
+    return lines
+
+
+def test_the_draft_debt_is_rebuilt_as_the_adapter_tells_it() -> None:
+    # a prefill while SPECULATING adds nothing; two while PLAIN add their prompts; half the
+    # batch finishing drops half the debt at the next prefill, not at the decodes before it
+    rows: list[list[Any]] = [
+        [0.1, "E", 2, 1000, 0, 0, 1],
+        [0.6, "E", 2, 3000, 0, 2, 1],
+        [0.7, "E", 4, 5000, 0, 4, 1],
+        [0.8, "D", 8, 0, 0, 8, 1],
+        [0.9, "D", 4, 0, 0, 4, 1],
+        [1.0, "E", 1, 500, 0, 4, 1],
+        [1.1, "D", 5, 0, 0, 5, 1],
+    ]
+    b = onset_replay.Bundle(_plain_log(None), rows, None)
+    told = [o[2].draft_debt for o in onset_replay.observations(b, 0.0, 2.0, 2.0)]
+    assert told == [0, 0, 3000, 8000, 8000, 4000, 4500]
+    assert not b.logs_debt
+    off = [o[2].draft_debt for o in onset_replay.observations(b, 0.0, 2.0, 2.0, debt=False)]
+    assert off == [0] * len(rows)
+    # a log that tells the debt sets it at each observation line
+    b = onset_replay.Bundle(_plain_log((0.85, 6000)), rows, None)
+    told = [o[2].draft_debt for o in onset_replay.observations(b, 0.0, 2.0, 2.0)]
+    assert told == [0, 0, 3000, 8000, 6000, 3000, 3500]
+
+
+def test_machine_26s_lull_returns_replay_with_the_draft_debt(capsys: Any) -> None:
+    """The committed H100 records of machine 26 (2026-12-07), served by the code that prices
+    the draft debt: told none, the goodput policy's replay leaves PLAIN in the lull 0.9 s and
+    2.2 s before the runs did; told the rebuilt debt, at most 0.25 s before them (in one run
+    not before them)."""
+    folder = RESULTS / "2026-12-07_serving_h100_debt"
+    onset_replay.main(
+        [
+            "--runs",
+            str(folder / "runs.jsonl"),
+            "--tgz",
+            str(folder / "machine26" / "traces_logs_machine26.tgz"),
+            "--trace",
+            "bursty",
+            "--variant",
+            "none",
+            "--variant",
+            "debt=false",
+        ]
+    )
+    out = capsys.readouterr().out
+    lull = [s for s in out.splitlines() if s.startswith("  PLAIN->RESYNCING at 17.6")]
+    goodput = [s for s in lull if "debt=false 16.73" in s or "debt=false 15.48" in s]
+    assert len(goodput) == 2
+    rebuilt = sorted(line.split(" | ")[1] for line in goodput)
+    assert rebuilt[0].startswith("this code 17.41 (-0.24 s")
+    assert rebuilt[1] == "this code none"
