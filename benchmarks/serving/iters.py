@@ -192,3 +192,8 @@ def fill_phase_iters(out: Path, runs: list[dict[str, Any]], bounds: dict[str, An
         if folder not in cache:
             cache[folder] = load(folder)
         r["phase_iters"] = phase_windows(cache[folder], r["t0"], bounds[r["trace"]])
+
+
+def running_max(runs: list[dict[str, Any]]) -> int:
+    """The most requests any of `runs` held running at once (0: no iteration trace)."""
+    return max((int((r.get("iters") or {}).get("running_max") or 0) for r in runs), default=0)

@@ -54,3 +54,21 @@ def ratio_line(name: str, a: dict[int, float], b: dict[int, float], goal: str) -
             f"{len(a)} and {len(b)} runs) (goal {goal})"
         )
     return f"{name}: n/a"
+
+
+def tokens_line(
+    name: str, a: dict[int, float], b: dict[int, float], seconds: float, batch: int | None
+) -> str | None:
+    """The window's tokens a run of `a` made beyond (or short of) `b`'s, per repetition both
+    ran (tok/s x `seconds`), beside what one decode iteration at the runs' largest batch
+    (`batch`, None: unknown) makes: a miss smaller than that is one iteration's place against
+    the window's end, not a rate."""
+    ds = [(a[i] - b[i]) * seconds for i in sorted(set(a) & set(b))]
+    if not ds:
+        return None
+    reps = ", ".join(f"{d:+.0f}" for d in ds)
+    scale = f"; one decode iteration at the runs' largest batch makes {batch}" if batch else ""
+    return (
+        f"{name}: {statistics.fmean(ds):+.0f} tokens a run (reps {reps}) "
+        f"(info: the window's tokens beside the reference's{scale})"
+    )

@@ -26,7 +26,7 @@ import launch
 import pauses
 from client import BIN_S
 from oracle import open_loop_notes, pair_lines, phase_oracle
-from ratios import fmt_reps, ratio_line
+from ratios import fmt_reps, ratio_line, tokens_line
 from traces import Trace
 
 
@@ -373,6 +373,7 @@ def summarize(
             notes = open_loop_notes(t, oracle, best, asked, trace.seconds, fmt_reps)
             lines += notes.lines
             note = _alone_note(statics)
+            cap = max((iters.running_max(rs) for (_, u), rs in by.items() if u == t), default=0)
             for lab in [x for x in tok if x in CONFIGURATIONS]:
                 line = CONFIGURATIONS[lab]
                 for name, ref, goal, why in (
@@ -380,6 +381,9 @@ def summarize(
                     (f"{line}_vs_phase_oracle[{t}]", oracle, ">= 0.97", notes.oracle),
                 ):
                     lines.append(ratio_line(name, tok[lab], ref, goal) + note + why)
+                name = f"{line}_vs_best_static_tokens[{t}]"
+                if (tl := tokens_line(name, tok[lab], best, trace.seconds, cap)) is not None:
+                    lines.append(tl)
             lines += pair_lines(t, trace, statics, run_of, best, tok, CONFIGURATIONS)
         lines += _drained_lines(t, by)
         if "adaptive" in tok:

@@ -590,6 +590,22 @@ def test_a_ratio_of_two_or_more_repetitions_carries_the_95_percent_interval_of_i
     assert interval95([1.0]) is None
 
 
+def test_a_miss_is_also_told_in_tokens_beside_one_decode_iteration_at_the_largest_batch() -> None:
+    """Two bursty repetitions 5.8 and 6.3 tok/s short of the better static server over a 28 s
+    window: 162 and 176 tokens a run, under the 256 one decode iteration at the cap makes."""
+    from ratios import tokens_line
+
+    line = tokens_line("x[bursty]", {0: 1158.1, 1: 1149.1}, {0: 1163.9, 1: 1155.4}, 28.0, 256)
+    assert line == (
+        "x[bursty]: -169 tokens a run (reps -162, -176) (info: the window's tokens beside the "
+        "reference's; one decode iteration at the runs' largest batch makes 256)"
+    )
+    assert tokens_line("y", {0: 1.0}, {1: 1.0}, 28.0, 256) is None  # no repetition in common
+    assert tokens_line("z", {0: 2.0}, {0: 1.0}, 10.0, 0) == (
+        "z: +10 tokens a run (reps +10) (info: the window's tokens beside the reference's)"
+    )
+
+
 def test_runs_of_another_trace_are_refused() -> None:
     """A summary of runs whose driver measured other phases than the trace given refuses, and
     names both: their ratios would compare unlike loads."""
