@@ -11,7 +11,7 @@ before each run). From them this tool rebuilds what the adapter gave the policy 
   launch to the next: with overlap on, the iteration's wall time as served) with its kind;
   while SPECULATING, accept lengths of the mean the log last recorded (its transition and
   observation lines carry them; the policy's ``accept_len`` before any);
-- either, while PLAIN: the draft debt (`DraftDebt`): the prompt tokens prefilled while PLAIN,
+- both, while PLAIN: the draft debt (`DraftDebt`): the prompt tokens prefilled while PLAIN,
   less the share of the requests gone at each prefill, set to the logged figure at each
   observation line of a log that carries it.
 
@@ -183,7 +183,8 @@ def replay(
 ) -> list[tuple[float, Mode, str]]:
     """The replayed policy, fed the iterations of `periods`: its first verdict in each
     stretch of one recorded mode (time, the mode it leaves, its reason)."""
-    # not a policy key: whether the steps are reported as the adapter has since 2026-12-05
+    # not policy keys: whether the steps are reported as the adapter has since 2026-12-05, and
+    # whether the draft debt is told as it has since 2026-12-07
     spec = dict(spec)
     change_skip = bool(spec.pop("change_skip", True))
     debt = bool(spec.pop("debt", True))

@@ -65,6 +65,7 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         "serve_tok_s[light][specfsm_plain]",
         "serve_plain_vs_nospec_server[light]",
         "serve_specfsm_vs_best_static[light]",
+        "serve_specfsm_vs_best_static_tokens[light]",
         "serve_drained_tok_s[light][nospec]",
         "serve_plain_vs_nospec_server_drained[light]",
         "serve_switches[light][specfsm_goodput]",
