@@ -277,7 +277,7 @@ class Controller(PolicySwitchboard):
             step_shape=fl.prev_shape,
             step_kind=fl.prev_kind if prev_t else "",
             shape=fsm.shape,
-            draft_debt=self.debt_store.used if self.debt_store is not None else 0,
+            draft_debt=self.debt_store.told(bs) if self.debt_store is not None else 0,
         )
         self._step(obs)
         mode = fsm.mode
@@ -342,7 +342,7 @@ class Controller(PolicySwitchboard):
             mean_ctx=self.mean_ctx,
             shape=fsm.shape,
             prefill_tokens=max(1, compat.extend_tokens(batch)),
-            draft_debt=self.debt_store.used if self.debt_store is not None else 0,
+            draft_debt=self.debt_store.told(self.running) if self.debt_store is not None else 0,
         )
         self._step(obs)
 

@@ -166,7 +166,8 @@ class PromptStore:
     auxiliary layers' states) and the draft's input tokens, so the store costs ``budget x
     LagBuffer.token_bytes(width, dtype)`` bytes at most. Entries whose request left its slot
     (finished, aborted, retracted) are reclaimed at each prefill and when room is needed, and
-    counted as dropped.
+    counted as dropped; and, for the figure a policy is told (`told`), once the batch has shrunk
+    by a sixteenth since the last pass.
     """
 
     def __init__(self, budget: int, stats: LagStats) -> None:
@@ -174,6 +175,10 @@ class PromptStore:
         self.rows: dict[int, Stored] = {}
         self.used = 0
         self.stats = stats
+        #: the batch size at the last pass `told` made (or the largest since, as prefills join),
+        #: and the batch size it was given last
+        self.told_at = 0
+        self.told_last = 0
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -193,6 +198,22 @@ class PromptStore:
             return True
         self.reclaim()
         return self.used + n <= self.budget
+
+    def told(self, running: int) -> int:
+        """The deferred tokens a policy is told (`Observation.draft_debt`) at an iteration with
+        `running` requests. The entries of requests gone are reclaimed first once the batch has
+        shrunk by a sixteenth since the last pass: a prefill reclaims anyway, but in a lull
+        without prefills the figure would keep every request finished since the last one, a
+        multiple of the true debt as a burst's batch drains, and a pass per sixteenth of the
+        batch bounds what it costs. The shrink is judged one call late: under overlap a
+        request leaves the batch an iteration before its result marks it finished."""
+        seen, self.told_last = self.told_last, running
+        if seen > self.told_at:
+            self.told_at = seen
+        elif self.rows and 16 * (self.told_at - seen) >= self.told_at:
+            self.reclaim()
+            self.told_at = seen
+        return self.used
 
     def reclaim(self) -> None:
         """Drop the entries whose request no longer holds their slot."""

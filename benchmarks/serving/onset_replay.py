@@ -12,8 +12,7 @@ before each run). From them this tool rebuilds what the adapter gave the policy 
   while SPECULATING, accept lengths of the mean the log last recorded (its transition and
   observation lines carry them; the policy's ``accept_len`` before any);
 - both, while PLAIN: the draft debt (`DraftDebt`): the prompt tokens prefilled while PLAIN,
-  less the share of the requests gone at each prefill, set to the logged figure at each
-  observation line of a log that carries it.
+  less the share of the requests gone at each sweep of the adapter's store.
 
 Each run's policy (the control-file swap before it) is built afresh from its spec and fed the
 iterations from that swap on, in the mode the run was in at each one (open loop: a verdict
@@ -73,33 +72,44 @@ LEAVES = {Mode.SPECULATING: Event.LOAD_HIGH, Mode.PLAIN: Event.LOAD_LOW}
 class DraftDebt:
     """The draft debt the adapter tells its policy (`Observation.draft_debt`: the prompt
     tokens of requests prefilled while zero-tax PLAIN, their draft prefill deferred), rebuilt
-    from the trace: each prefill run while PLAIN adds its prompt tokens; at each prefill the
-    requests gone since the last one take their share away, as the adapter drops them from
-    its store then and not before (the trace does not say which ones left, so the store is
-    taken to lose them at random); outside PLAIN there is none (a RESYNCING catch-up extends
-    the draft over them); at each observation line of a log that carries the debt it is the
-    logged figure."""
+    from the trace as the adapter keeps its store (`specfsm_sglang.lag.PromptStore`): each
+    prefill run while PLAIN adds its prompt tokens; the requests gone take their share away
+    when the store is swept, after each prefill and, before an observation, once the batch the
+    observation before it saw had shrunk by a sixteenth since the last sweep (the trace does
+    not say which requests left, so the store is taken to lose them at random); outside PLAIN
+    there is none (a RESYNCING catch-up extends the draft over them). The debt a log's
+    observation lines carry is not used: an adapter before this sweep told the store as of the
+    last prefill, several times this figure in a lull, and replaying this code means telling
+    what its adapter would."""
 
-    def __init__(self, b: Bundle) -> None:
-        self.b = b
+    def __init__(self) -> None:
         self.debt = 0.0
-        self.held = 0  # the requests the batch held once the last prefill joined it
-        self.seen = 0  # observation lines applied
+        self.held = 0  # the requests the store's figure stands for (at the last sweep)
+        self.told_at = 0  # the batch at the last sweep before an observation, or the most since
+        self.last = 0  # the batch the last observation saw (a shrink is judged one late)
+
+    def _sweep(self, running: int) -> None:
+        if running < self.held:
+            self.debt *= running / self.held if self.held else 0.0
+        self.held = running
 
     def told(self, t: float, kind: str, bs: int, running: int, mode: Mode) -> int:
-        """The debt told at the iteration launched at `t`, before its own prefill adds."""
-        i = bisect.bisect_right(self.b.debt_ts, t)
-        if i > self.seen:
-            self.debt, self.seen = float(self.b.debt[i - 1]), i
+        """The debt told at the iteration launched at `t` (a prefill: before its forward)."""
         if mode is not Mode.PLAIN:
             self.debt = 0.0
-        if kind in ("E", "M"):
-            if 0 < running < self.held:
-                self.debt *= running / self.held
-            self.held = running + bs
+        seen, self.last = self.last, running if kind in ("E", "M") else bs
+        if seen > self.told_at:
+            self.told_at = seen
+        elif self.debt and 16 * (self.told_at - seen) >= self.told_at:
+            self._sweep(seen)
+            self.told_at = seen
         return round(self.debt)
 
-    def prefilled(self, tokens: int, mode: Mode) -> None:
+    def prefilled(self, tokens: int, bs: int, running: int, mode: Mode) -> None:
+        """A prefill of `bs` requests and `tokens` prompt tokens ran beside `running` ones:
+        deferred while PLAIN, then the store swept of the requests gone before it."""
+        self._sweep(running)
+        self.held = running + bs
         if mode is Mode.PLAIN:
             self.debt += tokens
 
@@ -122,7 +132,7 @@ def observations(
     i0 = bisect.bisect_left(b.row_ts, t_from)
     i1 = bisect.bisect_left(b.row_ts, t_to)
     fl = flight.Flight(1, overlap=True, start_skip=0)  # the replay starts mid-process
-    store = DraftDebt(b)
+    store = DraftDebt()
     for k in range(i0, i1):
         t, kind, bs, ext, queued, running, _free = b.rows[k]
         mode = b.mode_at(t)
@@ -139,7 +149,7 @@ def observations(
                 draft_debt=owed,
             )
             yield t, mode, obs, ext
-            store.prefilled(ext, mode)
+            store.prefilled(ext, bs, running, mode)
             continue
         if kind != "D":
             continue

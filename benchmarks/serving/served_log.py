@@ -1,8 +1,8 @@
 """One specfsm server's served records, read from a results tgz: its transition log (modes
-and their wall times, the policy in force at each moment, the accept lengths, mean context and
-draft debt it logged) and its per-iteration trace (`SPECFSM_ITER_TRACE`,
-benchmarks/gpu/sitecustomize.py), and the start-up profile's rows when the tgz kept them.
-`onset_replay.py` feeds them to a policy."""
+and their wall times, the policy in force at each moment, the accept lengths and mean context
+it logged) and its per-iteration trace (`SPECFSM_ITER_TRACE`, benchmarks/gpu/sitecustomize.py),
+and the start-up profile's rows when the tgz kept them. `onset_replay.py` feeds them to a
+policy."""
 
 from __future__ import annotations
 
@@ -44,16 +44,6 @@ class Bundle:
         ctx = [(x["ts"], x["mean_ctx"]) for x in lines if x.get("mean_ctx") and "ts" in x]
         self.ctx_ts = [c[0] for c in ctx]
         self.ctx = [c[1] for c in ctx]
-        #: whether the log tells the draft debt (a line of a version that does carries the
-        #: field where it is above 0); then (ts, draft debt) of every observation line
-        self.logs_debt = any("draft_debt" in x for x in lines)
-        debt = [
-            (x["ts"], int(x.get("draft_debt", 0) or 0))
-            for x in lines
-            if self.logs_debt and x.get("event") == "specfsm.observation" and "ts" in x
-        ]
-        self.debt_ts = [d[0] for d in debt]
-        self.debt = [d[1] for d in debt]
 
     def mode_at(self, t: float) -> Mode:
         i = bisect.bisect_right(self.trans_ts, t)

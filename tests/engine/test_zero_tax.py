@@ -276,3 +276,40 @@ def test_deferred_prefill_store_full_prefills_eagerly(tmp_path: Path) -> None:
     zt = small["counters"]["zero_tax"]
     assert zt["deferred_rows"] == 0 and zt["eager_prefills_store_full"] >= 1
     assert small["rounds"] == warm["rounds"]
+
+
+def test_the_told_debt_drops_a_finished_request_without_waiting_for_a_prefill(
+    tmp_path: Path,
+) -> None:
+    """Four prompts prefilled while PLAIN (the machine stays there), two of them finishing
+    early: once the batch has shrunk by a sixteenth the store is swept, so the debt told is
+    the two running requests' prompts alone from the observation after the shrink on (under
+    overlap a request leaves the batch an iteration before it is marked finished), with no
+    prefill after theirs."""
+    lens = [8, 8, 40, 40]
+    d = tmp_path / "sweep"
+    eng = F.make_fsm_engine(
+        d,
+        policy={"name": "fixed", "speculate": False},
+        config={"plain": "zero_tax", "observe_every": 1, "initial_mode": "PLAIN"},
+        spec="EAGLE",
+        agree="mid",
+        overlap=True,
+    )
+    try:
+        got = eng.generate(
+            input_ids=[list(map(int, p)) for p in PROMPTS],
+            sampling_params=[E.sampling_params(n) for n in lens],
+        )
+    finally:
+        eng.shutdown()
+    assert [list(o["output_ids"]) for o in got] == E.AgreeReference()(PROMPTS, lens)
+    told = [
+        (ln["bs"], ln.get("draft_debt", 0))
+        for ln in F.transitions(d)
+        if ln.get("event") == "specfsm.observation" and ln.get("mode") == "PLAIN"
+    ]
+    everyone, late = sum(len(p) for p in PROMPTS), len(PROMPTS[2]) + len(PROMPTS[3])
+    assert (4, everyone) in told
+    after = [debt for bs, debt in told if bs == 2]
+    assert len(after) > 2 and after[0] in (everyone, late) and set(after[1:]) == {late}, told
