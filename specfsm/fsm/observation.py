@@ -41,8 +41,9 @@ class Observation:
     zero-tax PLAIN (their draft prefill deferred): a RESYNCING catch-up extends the draft over
     them besides each request's decode lag. It is the adapter's deferred-prompt store, whose
     entries of requests gone drop at the next prefill or once the batch has shrunk by a
-    sixteenth since they were last swept, identical on TP ranks; 0 when there is none or the adapter cannot say alike on every rank (DP attention),
-    and then a policy prices the decode lag alone.
+    sixteenth since they were last swept, identical on TP ranks; 0 when there is none or the
+    adapter cannot say alike on every rank (DP attention), and then a policy prices the decode
+    lag alone.
     """
 
     iteration: int
