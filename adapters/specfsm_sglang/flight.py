@@ -24,6 +24,8 @@
   own warm-up request at launch measured 138 and 213 ms per step at bs 1 on the H200, and the
   shapes example, with no start-up profile, priced chain 1 at 30x and chain 2 at 1.35x from
   them and stayed in PLAIN at one request for the rest of the run.
+- When the deferred-prompt store is swept of finished requests before an observation
+  (`ShrinkGate`, the store's own; the serving replay keeps one to tell the debt alike).
 
 Its owner is the controller (`Controller.flight`). The controller's hot path updates it in
 place (it runs on every decode forward: no call per update); everything else changes it through
@@ -126,6 +128,30 @@ class Flight:
         test and calls this only on a change)."""
         if self.prev_kind:
             self.stale_steps = max(self.stale_steps, 1)
+
+
+class ShrinkGate:
+    """When a figure kept per request is swept of the requests gone: once the batch has shrunk
+    by a sixteenth since the last sweep, so that a pass per sixteenth of the batch bounds what
+    sweeping costs. The shrink is judged one call late: under overlap a request leaves the
+    batch an iteration before its result marks it finished."""
+
+    __slots__ = ("at", "last")
+
+    def __init__(self) -> None:
+        self.at = 0  # the batch at the last sweep, or the largest seen since
+        self.last = 0  # the batch the last call was given
+
+    def due(self, running: int, pending: bool) -> int | None:
+        """Called once per observation with its batch (`running`) and whether anything is
+        kept (`pending`): the batch to sweep for, or None."""
+        seen, self.last = self.last, running
+        if seen > self.at:
+            self.at = seen
+        elif pending and 16 * (self.at - seen) >= self.at:
+            self.at = seen
+            return seen
+        return None
 
 
 def step_kind(mode: Mode, zero_tax: bool) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from specfsm_sglang import compat
+from specfsm_sglang.flight import ShrinkGate
 
 
 @dataclass
@@ -175,10 +176,8 @@ class PromptStore:
         self.rows: dict[int, Stored] = {}
         self.used = 0
         self.stats = stats
-        #: the batch size at the last pass `told` made (or the largest since, as prefills join),
-        #: and the batch size it was given last
-        self.told_at = 0
-        self.told_last = 0
+        #: when `told` sweeps the store before telling it
+        self.gate = ShrinkGate()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -201,18 +200,12 @@ class PromptStore:
 
     def told(self, running: int) -> int:
         """The deferred tokens a policy is told (`Observation.draft_debt`) at an iteration with
-        `running` requests. The entries of requests gone are reclaimed first once the batch has
-        shrunk by a sixteenth since the last pass: a prefill reclaims anyway, but in a lull
-        without prefills the figure would keep every request finished since the last one, a
-        multiple of the true debt as a burst's batch drains, and a pass per sixteenth of the
-        batch bounds what it costs. The shrink is judged one call late: under overlap a
-        request leaves the batch an iteration before its result marks it finished."""
-        seen, self.told_last = self.told_last, running
-        if seen > self.told_at:
-            self.told_at = seen
-        elif self.rows and 16 * (self.told_at - seen) >= self.told_at:
+        `running` requests. The entries of requests gone are reclaimed first when the gate
+        says the batch has shrunk enough (`ShrinkGate`): a prefill reclaims anyway, but in a
+        lull without prefills the figure would keep every request finished since the last one,
+        a multiple of the true debt as a burst's batch drains."""
+        if self.gate.due(running, bool(self.rows)) is not None:
             self.reclaim()
-            self.told_at = seen
         return self.used
 
     def reclaim(self) -> None:

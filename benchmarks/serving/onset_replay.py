@@ -74,9 +74,9 @@ class DraftDebt:
     tokens of requests prefilled while zero-tax PLAIN, their draft prefill deferred), rebuilt
     from the trace as the adapter keeps its store (`specfsm_sglang.lag.PromptStore`): each
     prefill run while PLAIN adds its prompt tokens; the requests gone take their share away
-    when the store is swept, after each prefill and, before an observation, once the batch the
-    observation before it saw had shrunk by a sixteenth since the last sweep (the trace does
-    not say which requests left, so the store is taken to lose them at random); outside PLAIN
+    when the store is swept, after each prefill and, before an observation, when the adapter's
+    rule says so (`specfsm_sglang.flight.ShrinkGate`) (the trace does not say which requests
+    left, so the store is taken to lose them at random); outside PLAIN
     there is none (a RESYNCING catch-up extends the draft over them). The debt a log's
     observation lines carry is not used: an adapter before this sweep told the store as of the
     last prefill, several times this figure in a lull, and replaying this code means telling
@@ -85,8 +85,7 @@ class DraftDebt:
     def __init__(self) -> None:
         self.debt = 0.0
         self.held = 0  # the requests the store's figure stands for (at the last sweep)
-        self.told_at = 0  # the batch at the last sweep before an observation, or the most since
-        self.last = 0  # the batch the last observation saw (a shrink is judged one late)
+        self.gate = flight.ShrinkGate()  # the adapter's rule for a sweep before an observation
 
     def _sweep(self, running: int) -> None:
         if running < self.held:
@@ -97,12 +96,9 @@ class DraftDebt:
         """The debt told at the iteration launched at `t` (a prefill: before its forward)."""
         if mode is not Mode.PLAIN:
             self.debt = 0.0
-        seen, self.last = self.last, running if kind in ("E", "M") else bs
-        if seen > self.told_at:
-            self.told_at = seen
-        elif self.debt and 16 * (self.told_at - seen) >= self.told_at:
+        seen = self.gate.due(running if kind in ("E", "M") else bs, self.debt > 0)
+        if seen is not None:
             self._sweep(seen)
-            self.told_at = seen
         return round(self.debt)
 
     def prefilled(self, tokens: int, bs: int, running: int, mode: Mode) -> None:
