@@ -108,13 +108,17 @@ def phase_windows(
 ) -> list[dict[str, Any]]:
     """Per phase of a run (``bounds`` in seconds after ``t0``): the seconds spent in prefill
     iterations, the decode iterations and their mean batch, the most requests running and
-    queued, the fewest free KV tokens. Under a burst that prefill binds, the tokens a client
-    sees follow the decode iterations run between prefills, so this is where two servers'
-    bursts differ."""
+    queued, the fewest free KV tokens, and when a decode first ran while requests waited
+    (admission blocked) with how many did. Under a burst that prefill binds, the tokens a
+    client sees follow the decode iterations run between prefills, and once the running cap
+    binds, the decodes run at it: this is where two servers' bursts differ."""
     out: list[dict[str, Any]] = []
     for a, b in bounds:
         w = window(recs, t0 + a, t0 + b)
         pf, dec = w.get("prefill", {}), w.get("decode", {})
+        # a decode launched while requests wait: SGLang admits a waiting request whenever it
+        # can, so admission was blocked (the running-request cap or the KV pool)
+        blocked = [r[0] for r in recs if t0 + a <= r[0] < t0 + b and r[1] == "D" and r[4] > 0]
         out.append(
             {
                 "prefill_s": pf.get("s", 0.0),
@@ -124,6 +128,8 @@ def phase_windows(
                 "running_max": w.get("running_max"),
                 "queue_max": w.get("queue_max"),
                 "free_kv_min": w.get("free_kv_min"),
+                "blocked_at": round(blocked[0] - t0 - a, 3) if blocked else None,
+                "blocked_n": len(blocked),
             }
         )
     return out
@@ -143,14 +149,28 @@ def phase_line(t: str, lab: str, names: list[str], runs: list[dict[str, Any]]) -
         span = f"{dn[0]}" if dn[0] == dn[-1] else f"{dn[0]}-{dn[-1]}"
         step = [p[i]["decode_steady_ms"] for p in per if p[i].get("decode_steady_ms")]
         at = f" at {statistics.median(step):.2f} ms" if step else ""
-        parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}{at}")
+        parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}{at}{_blocked(i, per)}")
     return (
         f"serve_phase_iters[{t}][{lab}]: "
         + " ".join(parts)
         + f" (info: per phase, {len(per)} runs: seconds in prefill iterations, decode"
         " iterations (fewest-most), their mean batch and, where recorded, the median over"
-        " runs of a steady decode step: one launched after two decodes, served_steps.py)"
+        " runs of a steady decode step: one launched after two decodes, served_steps.py;"
+        " 'blocked from': seconds into the phase of the first decode run while requests"
+        " waited, admission blocked by the running cap or the KV pool, earliest-latest over"
+        " runs, and how many such decodes)"
     )
+
+
+def _blocked(i: int, per: list[list[dict[str, Any]]]) -> str:
+    """Phase `i`'s first blocked decode over the runs that had one (`phase_windows`)."""
+    at = sorted(p[i]["blocked_at"] for p in per if p[i].get("blocked_at") is not None)
+    if not at:
+        return ""
+    n = sorted(int(p[i].get("blocked_n") or 0) for p in per)
+    span = f"{n[0]}" if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
+    when = f"{at[0]:.3f}" if at[0] == at[-1] else f"{at[0]:.3f}-{at[-1]:.3f}"
+    return f" blocked from {when}s ({span}x)"
 
 
 def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
@@ -175,14 +195,14 @@ def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
 
 
 def fill_phase_iters(out: Path, runs: list[dict[str, Any]], bounds: dict[str, Any]) -> None:
-    """Give ``phase_iters`` to the runs recorded without it or without the steady decode step,
+    """Give ``phase_iters`` to the runs recorded without it or without its later fields,
     where ``out/iters/`` holds their server's iteration traces (a results folder's tgz
     unpacked into it): the specfsm variants share the ``specfsm`` server's
     (`servers.server_of`). ``bounds``: trace name -> its phase bounds."""
     cache: dict[Path, list[list[Any]]] = {}
     for r in runs:
         have = r.get("phase_iters")
-        if have is not None and all("decode_steady_ms" in p for p in have):
+        if have is not None and all("blocked_n" in p for p in have):
             continue
         if "t0" not in r or r["trace"] not in bounds:
             continue

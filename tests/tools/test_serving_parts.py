@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -524,8 +525,32 @@ def test_phase_iterations_split_a_run_by_phase_and_summarize_as_one_line() -> No
     )
     assert line is not None
     assert line.startswith("serve_phase_iters[bursty][nospec]: rps2=prefill 0.5s decode 1-3x bs4 ")
-    assert "rps40=prefill 0.2s decode 1-3x bs8 (" in line and "2 runs" in line
+    assert "2 runs" in line
     assert " at " not in line.split(" (info")[0]
+    # the decode at 101.0 ran with a request waiting: admission was blocked 1.0 s into phase 0
+    assert ph[0]["blocked_at"] is None and ph[0]["blocked_n"] == 0
+    assert ph[1]["blocked_at"] == pytest.approx(0.0) and ph[1]["blocked_n"] == 1
+    assert "blocked" not in line.split("rps40=")[0]
+    assert "rps40=prefill 0.2s decode 1-3x bs8 blocked from 0.000s (1x) (" in line
+
+
+def test_a_phase_s_first_blocked_decode_is_read_over_runs_earliest_to_latest() -> None:
+    """Decodes launched while requests wait (admission blocked): the first one's time into the
+    phase and how many, earliest-latest over the runs; a run with none adds no time."""
+    import iters
+
+    def run(first: float, n: int) -> dict[str, Any]:
+        recs = [[10.0, "E", 8, 8000, 0, 8, 500]]
+        recs += [[10.0 + first + 0.01 * i, "D", 256, 0, 3, 256, 0] for i in range(n)]
+        recs += [[10.9, "D", 256, 0, 0, 256, 0]]
+        return {"phase_iters": iters.phase_windows(recs, 10.0, [(0.0, 1.0)])}
+
+    runs = [run(0.729, 11), run(0.742, 10)]
+    assert runs[0]["phase_iters"][0]["blocked_at"] == pytest.approx(0.729)
+    quiet = {"phase_iters": [dict(runs[0]["phase_iters"][0], blocked_at=None, blocked_n=0)]}
+    line = iters.phase_line("bursty", "nospec", ["rps40"], [*runs, quiet])
+    assert line is not None
+    assert " blocked from 0.729-0.742s (0-11x) (" in line
 
 
 def test_a_phase_s_steady_decode_step_is_a_decode_launched_after_two_decodes() -> None:
