@@ -184,7 +184,7 @@ class Controller(PolicySwitchboard):
         #: prefills are observed, and deferred prompts told (Observation.draft_debt), alike on
         #: every rank (TP ranks run the same prefill; DP attention ranks do not)
         self.prefill_decisions = self.global_load is None
-        self.debt_store = getattr(self.zero_tax, "store", None) if self.prefill_decisions else None
+        self.debt_store = self.zero_tax.store if self.zero_tax and self.prefill_decisions else None
         #: the last decode observation's mean context (a prefill observation prices at it)
         self.mean_ctx = 0
 
