@@ -31,7 +31,11 @@ def load(folder: Path) -> list[list[Any]]:
 
 def window(recs: list[list[Any]], t0: float, t1: float) -> dict[str, Any]:
     """Totals over the iterations launched in [t0, t1) (wall-clock seconds)."""
-    rows = [r for r in recs if t0 <= r[0] < t1]
+    return totals([r for r in recs if t0 <= r[0] < t1])
+
+
+def totals(rows: list[list[Any]]) -> dict[str, Any]:
+    """`window`'s totals over `rows`, the iterations of one window in launch order."""
     out: dict[str, Any] = {"iterations": len(rows)}
     if len(rows) < 2:
         return out
@@ -114,11 +118,12 @@ def phase_windows(
     binds, the decodes run at it: this is where two servers' bursts differ."""
     out: list[dict[str, Any]] = []
     for a, b in bounds:
-        w = window(recs, t0 + a, t0 + b)
+        rows = [r for r in recs if t0 + a <= r[0] < t0 + b]
+        w = totals(rows)
         pf, dec = w.get("prefill", {}), w.get("decode", {})
         # a decode launched while requests wait: SGLang admits a waiting request whenever it
         # can, so admission was blocked (the running-request cap or the KV pool)
-        blocked = [r[0] for r in recs if t0 + a <= r[0] < t0 + b and r[1] == "D" and r[4] > 0]
+        blocked = [r[0] for r in rows if r[1] == "D" and r[4] > 0]
         out.append(
             {
                 "prefill_s": pf.get("s", 0.0),
@@ -146,7 +151,7 @@ def phase_line(t: str, lab: str, names: list[str], runs: list[dict[str, Any]]) -
         pf = sum(p[i]["prefill_s"] for p in per) / len(per)
         dn = sorted(int(p[i]["decode_n"]) for p in per)
         bs = sum(p[i]["decode_bs"] for p in per) / len(per)
-        span = f"{dn[0]}" if dn[0] == dn[-1] else f"{dn[0]}-{dn[-1]}"
+        span = _span(dn, "{}")
         step = [p[i]["decode_steady_ms"] for p in per if p[i].get("decode_steady_ms")]
         at = f" at {statistics.median(step):.2f} ms" if step else ""
         parts.append(f"{name}=prefill {pf:.1f}s decode {span}x bs{bs:.0f}{at}{_blocked(i, per)}")
@@ -168,9 +173,13 @@ def _blocked(i: int, per: list[list[dict[str, Any]]]) -> str:
     if not at:
         return ""
     n = sorted(int(p[i].get("blocked_n") or 0) for p in per)
-    span = f"{n[0]}" if n[0] == n[-1] else f"{n[0]}-{n[-1]}"
-    when = f"{at[0]:.3f}" if at[0] == at[-1] else f"{at[0]:.3f}-{at[-1]:.3f}"
-    return f" blocked from {when}s ({span}x)"
+    return f" blocked from {_span(at, '{:.3f}')}s ({_span(n, '{}')}x)"
+
+
+def _span(values: list[Any], fmt: str) -> str:
+    """The fewest and most of sorted `values`, each as `fmt` gives it: one figure when equal."""
+    lo, hi = fmt.format(values[0]), fmt.format(values[-1])
+    return lo if values[0] == values[-1] else f"{lo}-{hi}"
 
 
 def prefill_line(t: str, lab: str, runs_t: list[dict[str, Any]]) -> str | None:
