@@ -27,6 +27,7 @@ import pauses
 from client import BIN_S
 from oracle import open_loop_notes, pair_lines, phase_oracle
 from ratios import fmt_reps, ratio_line, tokens_line
+from servers import failed_label
 from traces import Trace
 
 
@@ -438,13 +439,9 @@ def summarize(
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")
     lines.append(f"serve_greedy_mismatches: {mism}")
-    failed = [
-        s["server"] + (f" in {s['source']}" if s.get("source") else "")
-        for s in servers
-        if "start_failed" in s or "error" in s
-    ]
+    failed = [failed_label(s) for s in servers if "start_failed" in s or "error" in s]
     lines.append(
-        f"serve_servers_failed: {len(failed)}" + (f" ({', '.join(failed)})" if failed else "")
+        f"serve_servers_failed: {len(failed)}" + (f" ({'; '.join(failed)})" if failed else "")
     )
     leaks = [s["server"] for s in servers if s.get("memory_leak_reported")]
     lines.append(

@@ -270,12 +270,13 @@ def test_a_merge_keeps_a_server_that_failed_to_start(tmp_path: Path) -> None:
     assert summary._load(tmp_path / "only" / "runs.jsonl")[2] == []
 
 
-def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
+def test_the_gpu_beds_memory_fraction_can_differ_for_one_server(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``MEM_FRACTION`` sets every GPU-bed server's pool, ``MEM_FRACTION_SHAPES`` the shapes
-    example's alone (its extra states need room beside the pool on an 80 GiB card); a fraction
-    outside (0, 1) is refused before any server starts."""
+    """``MEM_FRACTION`` sets every GPU-bed server's pool, ``MEM_FRACTION_<SERVER>`` one
+    server's (``MEM_FRACTION_SHAPES`` the shapes example's: extra states need room beside the
+    pool on an 80 GiB card); a fraction outside (0, 1), or not a number, is refused before any
+    server starts."""
     import gpu_bed
     import servers
 
@@ -286,9 +287,40 @@ def test_the_gpu_beds_memory_fraction_can_differ_for_the_shapes_example(
     monkeypatch.setenv("MEM_FRACTION", "0.75")
     monkeypatch.delenv("MEM_FRACTION_SHAPES")
     assert gpu_bed.mem_fraction("specfsm_shapes") == 0.75
+    monkeypatch.setenv("MEM_FRACTION_ADAPTIVE", "0.72")
+    assert gpu_bed.mem_fraction("adaptive") == 0.72
+    assert gpu_bed.mem_fraction("eagle") == 0.75
     monkeypatch.setenv("MEM_FRACTION", "80")
     with pytest.raises(ValueError, match="not in"):
         gpu_bed.mem_fraction("nospec")
+    monkeypatch.setenv("MEM_FRACTION_ADAPTIVE", "most")
+    with pytest.raises(ValueError, match="not a number"):
+        gpu_bed.mem_fraction("adaptive")
+
+
+def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
+    """A server whose process ended before ``/health`` answered is reported with the last
+    exception its log names (an 80 GiB card out of memory for SGLang's adaptive states), at
+    the memory fraction it was started with; a log that names none gives the server alone."""
+    import servers
+
+    log = "\n".join(
+        [
+            "[10:05:20] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "flashinfer_backend.py", line 2344, in init_cuda_graph_state',
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 "
+            "has a total capacity of 79.18 GiB of which 837.38 MiB is free.",
+            "",
+            "[10:05:20] Received sigquit from a child process.",
+        ]
+    )
+    cause = "OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB."
+    assert servers.exit_cause(log) == cause
+    assert servers.exit_cause("[10:05:20] kill_process_tree called") == ""
+    rec = {"server": "adaptive", "start_failed": log, "mem_fraction_static": 0.8}
+    assert servers.failed_label(rec) == f"adaptive: {cause} (--mem-fraction-static 0.8)"
+    rec = {"server": "adaptive", "start_failed": "exited with -9", "source": "machine28"}
+    assert servers.failed_label(rec) == "adaptive in machine28"
 
 
 def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
