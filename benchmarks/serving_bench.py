@@ -98,7 +98,7 @@ def run_server(
         srv.start(args.start_timeout, say)
     except RuntimeError as exc:
         say(f"{name}: FAILED to start: {str(exc).splitlines()[0]}")
-        rec = {"server": name, "start_failed": str(exc)[-2000:]}
+        rec: dict[str, Any] = {"server": name, "start_failed": str(exc)[-2000:]}
         rec["mem_fraction_static"] = bed.engine_args(name).get("mem_fraction_static")
         log.write(json.dumps(rec) + "\n")
         log.flush()

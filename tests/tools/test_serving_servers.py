@@ -323,6 +323,32 @@ def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
     assert servers.failed_label(rec) == "adaptive in machine28"
 
 
+_DIES = """
+import sys
+print("Traceback (most recent call last):", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. More.")
+sys.exit(1)
+"""
+
+
+def test_a_server_process_that_dies_at_start_says_why_in_its_first_line(tmp_path: Path) -> None:
+    """The start's error, whose first line the driver prints, carries the log's exception."""
+    import servers
+
+    class Dies(servers.Server):
+        def argv(self) -> list[str]:
+            return [sys.executable, "-c", _DIES]
+
+    srv = Dies(servers.Bed("gpu", tmp_path), "adaptive", tmp_path / "server.log")
+    with pytest.raises(RuntimeError) as got:
+        srv.start(60.0, lambda _line: None)
+    first = str(got.value).splitlines()[0]
+    assert first == (
+        "adaptive: server exited with 1 (OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 896.00 MiB.)"
+    )
+
+
 def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
     """``--shapes-set`` takes a JSON object whose policy shape (the shapes server's launch) is
     a shape; anything else ends the command with a usage error, before a server starts."""
