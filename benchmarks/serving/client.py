@@ -4,8 +4,9 @@ Every request is a streaming ``POST /generate`` with token ids (the servers run 
 ``skip_tokenizer_init``), greedy, ``ignore_eos``, so a request that is not cut must end with
 exactly its ``max_new_tokens``. The client times the first streamed token (TTFT), the last one,
 and counts tokens into 0.1 s bins as they arrive, so a phase's throughput is the tokens that
-arrived inside it. A request marked ``abort_after`` is cut by closing the connection after that
-many tokens; SGLang aborts it on the disconnect.
+arrived inside it; `token_bins` sums a run's bins over its requests for the run's record. A
+request marked ``abort_after`` is cut by closing the connection after that many tokens; SGLang
+aborts it on the disconnect.
 
 The load is split over ``procs`` client processes (one asyncio loop each, raw HTTP/1.1 over
 asyncio streams): one Python loop parsing every streamed chunk of a few hundred concurrent
@@ -23,7 +24,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -125,6 +126,17 @@ async def stream_generate(
         rec["ids_sha"] = hashlib.sha1(json.dumps(ids).encode()).hexdigest()[:16]
         if writer is not None:
             writer.close()
+
+
+def token_bins(recs: Iterable[dict[str, Any]]) -> list[int]:
+    """Every request's tokens per `BIN_S` bin as the client received them, bin 0 at the trace's
+    start, up to the last bin that got any: the run's record keeps them, so where a window's
+    last tokens arrived can be read from a results folder (the request records drop theirs)."""
+    total: dict[int, int] = {}
+    for r in recs:
+        for k, v in r.get("bins", {}).items():
+            total[int(k)] = total.get(int(k), 0) + int(v)
+    return [total.get(b, 0) for b in range(max(total, default=-1) + 1)]
 
 
 def _body(trace: Trace, k: int) -> tuple[dict[str, Any], int, int | None]:

@@ -24,7 +24,7 @@ import host_probe
 import iters
 import launch
 import pauses
-from client import BIN_S
+from client import BIN_S, token_bins
 from oracle import open_loop_notes, pair_lines, phase_oracle
 from ratios import fmt_reps, ratio_line, tokens_line
 from servers import failed_label
@@ -108,6 +108,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
         "drain_s": max(0.0, end - trace.seconds),
         "stream_pauses": pauses.find(recs),
         "phases": phases,
+        "tok_bins": token_bins(recs),
     }
 
 

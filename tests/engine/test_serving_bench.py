@@ -91,6 +91,12 @@ def test_serving_bench_cpu_quick(tmp_path: Path) -> None:
         if r.get("server") == "specfsm_phases"
     )
     assert [m for _, m in run["pin_flips"]] == ["PLAIN", "SPECULATING"], run["pin_flips"]
+    # the run's record keeps the client's tokens per 0.1 s bin: every token its requests got
+    import gzip
+
+    with gzip.open(out / "requests" / "specfsm_phases_light_rep0.jsonl.gz", "rt") as fh:
+        got = [json.loads(x) for x in fh]
+    assert sum(run["tok_bins"]) == sum(int(r["tokens"]) for r in got) > 0, run["tok_bins"]
     _value(lines, "serve_specfsm_vs_phase_pinned[light]")
     # specfsm's transition log shows the variants took effect: PLAIN was entered
     log = (out / "specfsm" / "transitions-rank0.jsonl").read_text()

@@ -644,3 +644,22 @@ def test_runs_of_another_trace_are_refused() -> None:
         traces.check_measured(
             [{"traces": {"bursty": labels}, "phase_s": 8.0}], {"bursty": bursty}, "sim_lines"
         )
+
+
+def test_a_runs_record_keeps_the_clients_tokens_per_bin() -> None:
+    """The run's record keeps the tokens the client received per 0.1 s bin (summed over its
+    requests, bin 0 at the trace's start), so the window's tokens can be read again from it:
+    the bins inside the window add up to its tok/s."""
+    import client
+
+    recs: list[dict[str, Any]] = [{"bins": {"0": 3, "2": 1}}, {"bins": {"2": 2, "5": 4}}, {}]
+    assert client.token_bins(recs) == [3, 0, 3, 0, 0, 4]
+    assert client.token_bins([]) == []
+    light = traces.builtin("cpu", 0.2)["light"]  # four phases of 0.2 s: bins 0-7
+    done = {"status": "done", "phase": 0, "tokens": 4, "max_new_tokens": 4, "t_end": 0.9}
+    recs = [{**done, "bins": {"1": 2, "7": 1, "8": 1}}, {**done, "bins": {"3": 4}}]
+    m = summary.metrics(light, recs)
+    assert m["tok_bins"] == [0, 2, 0, 4, 0, 0, 0, 1, 1]
+    assert sum(m["tok_bins"][: round(light.seconds / client.BIN_S)]) == round(
+        m["tok_s"] * light.seconds
+    )
