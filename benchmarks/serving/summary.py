@@ -15,7 +15,6 @@ import gzip
 import json
 import shutil
 import statistics
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +38,9 @@ def _pct(xs: list[float], q: float) -> float | None:
     return xs[i]
 
 
-def _tokens_between(recs: Iterable[dict[str, Any]], a: float, b: float) -> int:
-    lo, hi = round(a / BIN_S), round(b / BIN_S)
-    n = 0
-    for r in recs:
-        for k, v in r["bins"].items():
-            if lo <= int(k) < hi:
-                n += v
-    return n
+def _tokens_between(bins: list[int], a: float, b: float) -> int:
+    """The tokens of a run's `client.token_bins` that arrived in [a, b) seconds (a >= 0)."""
+    return sum(bins[round(a / BIN_S) : round(b / BIN_S)])
 
 
 def lost(r: dict[str, Any]) -> bool:
@@ -71,6 +65,7 @@ def _latencies(done: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
 
 def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per phase and overall: tok/s, finished requests, TTFT / TPOT p50 / p99 (ms)."""
+    bins = token_bins(recs)
     phases = []
     for i, (p, (a, b)) in enumerate(zip(trace.phases, trace.phase_bounds(), strict=True)):
         mine = [r for r in recs if r["phase"] == i and r["status"] == "done"]
@@ -78,7 +73,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
         phases.append(
             {
                 "phase": p.label(),
-                "tok_s": _tokens_between(recs, a, b) / (b - a),
+                "tok_s": _tokens_between(bins, a, b) / (b - a),
                 "finished": len(mine),
                 "ttft_p50_ms": _pct(ttft, 0.5),
                 "ttft_p99_ms": _pct(ttft, 0.99),
@@ -94,7 +89,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
         "ttft_p99_ms": _pct(ttft_all, 0.99),
         "tpot_p50_ms": _pct(tpot_all, 0.5),
         "tpot_p99_ms": _pct(tpot_all, 0.99),
-        "tok_s": _tokens_between(recs, 0.0, trace.seconds) / trace.seconds,
+        "tok_s": _tokens_between(bins, 0.0, trace.seconds) / trace.seconds,
         "finished_tok_per_s_to_last": sum(r["tokens"] for r in done) / max(end, 1e-9),
         "requests": len(recs),
         "finished": len(done),
@@ -108,7 +103,7 @@ def metrics(trace: Trace, recs: list[dict[str, Any]]) -> dict[str, Any]:
         "drain_s": max(0.0, end - trace.seconds),
         "stream_pauses": pauses.find(recs),
         "phases": phases,
-        "tok_bins": token_bins(recs),
+        "tok_bins": bins,
     }
 
 
