@@ -62,6 +62,7 @@ from served_log import Bundle, load_bundles, profile_rows
 from specfsm.fsm.decision import Policy
 from specfsm.fsm.observation import Observation
 from specfsm.fsm.table import Event, Mode
+from specfsm.fsm.verdict import Verdict
 from specfsm.model.acceptance import DraftShape
 from specfsm.policy.registry import make_policy
 
@@ -213,7 +214,8 @@ def replay(
         if key != stretch:
             stretch, fired = key, False
         v = policy.decide(mode, obs)
-        if v is not None and not fired and v.event is LEAVES.get(mode):
+        # a bare Event carries no reason: the replay keeps only verdicts with theirs
+        if isinstance(v, Verdict) and not fired and v.event is LEAVES.get(mode):
             fired = True
             out.append((t, mode, v.reason))
     return out
@@ -289,8 +291,8 @@ def _run(
     t0 = float(r["t0"])
     t_end = t0 + window_s
     got: dict[str, list[tuple[float, Mode, str]]] = {}
-    for var in variants:
-        over = {**var.get("", {}), **var.get(name, {})}
+    for variant in variants:
+        over = {**variant.get("", {}), **variant.get(name, {})}
         got.setdefault(_label(over), replay(b, {**spec, **over}, periods))
     for var in got:
         tally.setdefault((name, var), Tally())

@@ -354,7 +354,8 @@ class Server:
 
     def get(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=30) as r:
-            return r.read().decode()
+            body: bytes = r.read()
+        return body.decode()
 
     def warm(self, n: int = 2) -> None:
         """A few short requests, so a control-file change is read (it is read on iterations)."""

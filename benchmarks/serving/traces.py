@@ -120,11 +120,11 @@ GPU_LENGTHS = Lengths(prompt_min=128, prompt_max=4096, output_min=32, output_max
 CPU_LENGTHS = Lengths(prompt_min=8, prompt_max=48, output_min=4, output_max=24)
 
 
-def _closed(levels: list[float], s: float) -> tuple[Phase, ...]:
+def _closed(levels: Sequence[float], s: float) -> tuple[Phase, ...]:
     return tuple(Phase("closed", lv, s) for lv in levels)
 
 
-def _poisson(levels: list[float], s: float) -> tuple[Phase, ...]:
+def _poisson(levels: Sequence[float], s: float) -> tuple[Phase, ...]:
     return tuple(Phase("poisson", lv, s) for lv in levels)
 
 
