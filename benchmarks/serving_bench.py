@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 import bench_args
 import client
 import driver_log
+import gpu_bed
 import host_probe
 import iters
 import phase_pins
@@ -43,7 +45,7 @@ import torch_profile
 import torch_profile_window
 import traces
 from launch import CPU_GOODPUT, GPU_GOODPUT, shapes_config, shapes_launch
-from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
+from servers import SERVERS, VARIANTS, Bed, Server, exit_cause, flush_cache
 
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 MIRRORED = (
@@ -94,15 +96,26 @@ def run_server(
     if name == args.bracket:  # started twice: which half of its repetitions this start runs
         which = f" for repetitions {args.rep_base + reps.start}-{args.rep_base + reps.stop - 1}"
     say(f"{name}: starting{which} ({' '.join(srv.argv()[3:])})")
-    try:
-        srv.start(args.start_timeout, say)
-    except RuntimeError as exc:
-        say(f"{name}: FAILED to start: {str(exc).splitlines()[0]}")
-        rec: dict[str, Any] = {"server": name, "start_failed": str(exc)[-2000:]}
-        rec["mem_fraction_static"] = bed.engine_args(name).get("mem_fraction_static")
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
-        return
+    while True:
+        try:
+            srv.start(args.start_timeout, say)
+            break
+        except RuntimeError as exc:
+            say(f"{name}: FAILED to start: {str(exc).splitlines()[0]}")
+            frac = bed.engine_args(name).get("mem_fraction_static")
+            rec: dict[str, Any] = {"server": name, "start_failed": str(exc)[-2000:]}
+            rec["mem_fraction_static"] = frac
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            nxt = None
+            if isinstance(frac, float):
+                nxt = gpu_bed.oom_retry(exit_cause(str(exc)), frac, args.oom_retry)
+            if nxt is None:
+                return
+            # the bed reads each server's fraction from its own variable at every start
+            os.environ[f"MEM_FRACTION_{name.upper()}"] = f"{nxt:.2f}"
+            srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
+            say(f"{name}: out of GPU memory at start: starting again at {nxt:.2f}")
     kv = srv.kv_tokens()
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
     frac = bed.engine_args(name).get("mem_fraction_static")
@@ -330,6 +343,7 @@ def main() -> int:
         except ValueError as exc:
             raise ValueError(f"--shapes-set: {exc}") from None
         args.phase_pins = phase_pins.parse(args.phase_pins)
+        args.oom_retry = gpu_bed.parse_oom_retry(args.oom_retry)
         args.repetitions = traces.repetitions(args.reps_of, args.reps)
         args.order = traces.server_order(
             [s for s in args.servers.split(",") if s], args.bracket, args.reps

@@ -42,6 +42,12 @@ def parser(description: str) -> argparse.ArgumentParser:
         "'{\"shape_graph_max_bs\": 64}'",
     )
     ap.add_argument("--start-timeout", type=float, default=None)
+    ap.add_argument(
+        "--oom-retry",
+        default="",
+        help="STEP:FLOOR: a server out of GPU memory at start is started again STEP lower in "
+        "--mem-fraction-static, down to FLOOR (e.g. 0.04:0.6; default: no retry)",
+    )
     ap.add_argument("--iter-trace", action="store_true", help="per-iteration scheduler traces")
     ap.add_argument("--metrics-once", action="store_true", help="save /metrics once per server")
     ap.add_argument("--quick", action="store_true", help="CPU: short phases, 2 traces, 1 rep")

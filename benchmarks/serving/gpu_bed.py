@@ -8,7 +8,10 @@
   shapes example's ``MEM_FRACTION_SHAPES``). On an 80 GiB card the shapes example's extra
   states and SGLang's adaptive server's runtime states do not fit beside a 0.8 pool
   (docs/serving.md), while the other servers keep their largest pool: the strongest
-  alternative an operator has on that card.
+  alternative an operator has on that card;
+- `oom_retry`: with ``--oom-retry STEP:FLOOR``, the fraction a server that ran out of GPU
+  memory at start is started again at (``STEP`` lower, down to ``FLOOR``), so a peer gets
+  the largest pool it starts beside on the card rather than no figure.
 """
 
 from __future__ import annotations
@@ -54,3 +57,29 @@ def mem_fraction(server: str) -> float:
     if not 0.0 < frac < 1.0:
         raise ValueError(f"{server}: --mem-fraction-static {frac} is not in (0, 1)")
     return frac
+
+
+def parse_oom_retry(spec: str) -> tuple[float, float] | None:
+    """``--oom-retry STEP:FLOOR`` -> (step, floor); "" -> None (no retry). Raises ValueError on
+    anything else, before any server starts."""
+    if not spec:
+        return None
+    step_s, colon, floor_s = spec.partition(":")
+    try:
+        step, floor = float(step_s), float(floor_s)
+    except ValueError:
+        raise ValueError(f"--oom-retry: {spec!r} is not STEP:FLOOR (e.g. 0.04:0.6)") from None
+    if not colon or not 0.0 < step < 0.5 or not 0.0 < floor < 1.0:
+        raise ValueError(f"--oom-retry: {spec!r}: STEP in (0, 0.5), FLOOR in (0, 1)")
+    return step, floor
+
+
+def oom_retry(cause: str, frac: float, retry: tuple[float, float] | None) -> float | None:
+    """The fraction to start a server at again after a start that failed with `cause` at
+    `frac`: `frac` less the step, to two places, where the cause is running out of GPU memory
+    and that is still at or above the floor; else None."""
+    if retry is None or not cause.startswith("OutOfMemoryError"):
+        return None
+    step, floor = retry
+    nxt = round(frac - step, 2)
+    return nxt if nxt >= floor else None

@@ -349,6 +349,64 @@ def test_a_server_process_that_dies_at_start_says_why_in_its_first_line(tmp_path
     )
 
 
+def test_oom_retry_lowers_the_fraction_only_for_running_out_of_memory() -> None:
+    """``--oom-retry STEP:FLOOR``: the next fraction is STEP lower, to two places, while it
+    stays at or above FLOOR, and only after a start that ran out of GPU memory; a spec that
+    is not STEP:FLOOR is refused before any server starts."""
+    import gpu_bed
+
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 MiB."
+    retry = gpu_bed.parse_oom_retry("0.05:0.7")
+    assert retry == (0.05, 0.7)
+    assert gpu_bed.oom_retry(oom, 0.8, retry) == 0.75
+    assert gpu_bed.oom_retry(oom, 0.75, retry) == 0.7
+    assert gpu_bed.oom_retry(oom, 0.7, retry) is None
+    assert gpu_bed.oom_retry("RuntimeError: port taken", 0.8, retry) is None
+    assert gpu_bed.oom_retry(oom, 0.8, None) is None
+    assert gpu_bed.parse_oom_retry("") is None
+    for bad in ("0.05", "a:b", "0.6:0.05:1", "0:0.6", "0.05:1.5"):
+        with pytest.raises(ValueError, match="--oom-retry"):
+            gpu_bed.parse_oom_retry(bad)
+
+
+def test_a_server_out_of_memory_at_start_is_started_again_lower_down_to_the_floor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With ``--oom-retry 0.05:0.7`` a server whose every start runs out of GPU memory is
+    started at 0.8, 0.75 and 0.7, each failed start a record with its fraction, and then left
+    (no runs, the driver goes on)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import argparse
+    import io
+    import json
+
+    import servers
+    import serving_bench
+
+    class Dies(servers.Server):
+        def argv(self) -> list[str]:
+            return [sys.executable, "-c", _DIES]
+
+    monkeypatch.setattr(serving_bench, "Server", Dies)
+    monkeypatch.delenv("MEM_FRACTION", raising=False)
+    monkeypatch.setenv("MEM_FRACTION_ADAPTIVE", "0.8")  # restored after the test
+    args = argparse.Namespace(
+        bracket="",
+        rep_base=0,
+        start_timeout=60.0,
+        oom_retry=(0.05, 0.7),
+        iter_trace=False,
+        sync_debug=False,
+        bed="gpu",
+    )
+    log = io.StringIO()
+    bed = servers.Bed("gpu", tmp_path)
+    serving_bench.run_server("adaptive", args, bed, {}, tmp_path, log, range(1))
+    recs = [json.loads(line) for line in log.getvalue().splitlines()]
+    assert [r["mem_fraction_static"] for r in recs] == [0.8, 0.75, 0.7]
+    assert all(r["server"] == "adaptive" and "start_failed" in r for r in recs)
+
+
 def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
     """``--shapes-set`` takes a JSON object whose policy shape (the shapes server's launch) is
     a shape; anything else ends the command with a usage error, before a server starts."""
