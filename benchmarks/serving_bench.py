@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -113,7 +112,7 @@ def run_server(
             if nxt is None:
                 return
             # the bed reads each server's fraction from its own variable at every start
-            os.environ[f"MEM_FRACTION_{name.upper()}"] = f"{nxt:.2f}"
+            bed.env[f"MEM_FRACTION_{name.upper()}"] = f"{nxt:.2f}"
             srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
             say(f"{name}: out of GPU memory at start: starting again at {nxt:.2f}")
     kv = srv.kv_tokens()

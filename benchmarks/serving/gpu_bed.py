@@ -42,14 +42,14 @@ def devices(records: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted({str(r["device"]) for r in records if "started" in r and r.get("device")})
 
 
-def mem_fraction(server: str) -> float:
-    """`server`'s ``--mem-fraction-static``: its own ``MEM_FRACTION_<SERVER>`` where set, else
-    ``MEM_FRACTION`` (module docstring); a fraction outside (0, 1) is refused before any server
-    starts."""
-    own = os.environ.get(f"MEM_FRACTION_{server.upper()}")
+def mem_fraction(server: str, env: Mapping[str, str] = os.environ) -> float:
+    """`server`'s ``--mem-fraction-static`` in `env` (the bed's environment): its own
+    ``MEM_FRACTION_<SERVER>`` where set, else ``MEM_FRACTION`` (module docstring); a fraction
+    outside (0, 1) is refused before any server starts."""
+    own = env.get(f"MEM_FRACTION_{server.upper()}")
     if own is None and server == "specfsm_shapes":
-        own = os.environ.get("MEM_FRACTION_SHAPES")
-    raw = own if own is not None else os.environ.get("MEM_FRACTION", "0.8")
+        own = env.get("MEM_FRACTION_SHAPES")
+    raw = own if own is not None else env.get("MEM_FRACTION", "0.8")
     try:
         frac = float(raw)
     except ValueError:

@@ -207,7 +207,7 @@ class Bed:
                 "cuda_graph_bs_decode": GPU_GRAPH_BS,
                 "cuda_graph_max_bs_decode": max(GPU_GRAPH_BS),
                 "max_running_requests": 256,
-                "mem_fraction_static": gpu_bed.mem_fraction(server),
+                "mem_fraction_static": gpu_bed.mem_fraction(server, {**os.environ, **self.env}),
                 "random_seed": 0,
                 "log_level": "info",
                 # logs every garbage collection of SGLang's processes longer than this (s):

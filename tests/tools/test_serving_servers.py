@@ -6,6 +6,7 @@ fraction and the shapes example's overrides."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -324,6 +325,7 @@ def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
 
 
 _DIES = """
+import os
 import sys
 print("Traceback (most recent call last):", flush=True)
 print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. More.")
@@ -389,7 +391,7 @@ def test_a_server_out_of_memory_at_start_is_started_again_lower_down_to_the_floo
 
     monkeypatch.setattr(serving_bench, "Server", Dies)
     monkeypatch.delenv("MEM_FRACTION", raising=False)
-    monkeypatch.setenv("MEM_FRACTION_ADAPTIVE", "0.8")  # restored after the test
+    monkeypatch.delenv("MEM_FRACTION_ADAPTIVE", raising=False)
     args = argparse.Namespace(
         bracket="",
         rep_base=0,
@@ -405,6 +407,7 @@ def test_a_server_out_of_memory_at_start_is_started_again_lower_down_to_the_floo
     recs = [json.loads(line) for line in log.getvalue().splitlines()]
     assert [r["mem_fraction_static"] for r in recs] == [0.8, 0.75, 0.7]
     assert all(r["server"] == "adaptive" and "start_failed" in r for r in recs)
+    assert "MEM_FRACTION_ADAPTIVE" not in os.environ  # the bed's own, not the driver's
 
 
 def test_shapes_set_that_is_not_an_object_is_refused_before_any_server(tmp_path: Path) -> None:
