@@ -44,7 +44,7 @@ import torch_profile
 import torch_profile_window
 import traces
 from launch import CPU_GOODPUT, GPU_GOODPUT, shapes_config, shapes_launch
-from servers import SERVERS, VARIANTS, Bed, Server, exit_cause, flush_cache
+from servers import SERVERS, VARIANTS, Bed, ExitedAtStart, Server, flush_cache
 
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 MIRRORED = (
@@ -107,8 +107,8 @@ def run_server(
             log.write(json.dumps(rec) + "\n")
             log.flush()
             nxt = None
-            if isinstance(frac, float):
-                nxt = gpu_bed.oom_retry(exit_cause(str(exc)), frac, args.oom_retry)
+            if isinstance(exc, ExitedAtStart) and isinstance(frac, float):
+                nxt = gpu_bed.oom_retry(exc.cause, frac, args.oom_retry)
             if nxt is None:
                 return
             # the bed reads each server's fraction from its own variable at every start

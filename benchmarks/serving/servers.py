@@ -124,6 +124,15 @@ def failed_label(rec: dict[str, Any]) -> str:
     return f"{label}: {cause}" if cause else label
 
 
+class ExitedAtStart(RuntimeError):
+    """The server's process ended before ``/health`` answered; `cause` is `exit_cause` of its
+    log ("" where the log names no exception)."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class PortClash(RuntimeError):
     """The server could not bind its port (taken between the draw and the bind)."""
 
@@ -317,10 +326,11 @@ class Server:
             if self.proc.poll() is not None:
                 tail = self.log_tail()
                 cause = exit_cause(tail)
-                raise RuntimeError(
+                raise ExitedAtStart(
                     f"{self.server}: server exited with {self.proc.returncode}"
                     + (f" ({cause})" if cause else "")
-                    + f"\n{tail}"
+                    + f"\n{tail}",
+                    cause,
                 )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:

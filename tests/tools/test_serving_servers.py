@@ -342,8 +342,9 @@ def test_a_server_process_that_dies_at_start_says_why_in_its_first_line(tmp_path
             return [sys.executable, "-c", _DIES]
 
     srv = Dies(servers.Bed("gpu", tmp_path), "adaptive", tmp_path / "server.log")
-    with pytest.raises(RuntimeError) as got:
+    with pytest.raises(servers.ExitedAtStart) as got:
         srv.start(60.0, lambda _line: None)
+    assert got.value.cause == "OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB."
     first = str(got.value).splitlines()[0]
     assert first == (
         "adaptive: server exited with 1 (OutOfMemoryError: CUDA out of memory. "
