@@ -44,7 +44,8 @@ import torch_profile
 import torch_profile_window
 import traces
 from launch import CPU_GOODPUT, GPU_GOODPUT, shapes_config, shapes_launch
-from servers import SERVERS, VARIANTS, Bed, ExitedAtStart, Server, flush_cache
+from servers import SERVERS, VARIANTS, Bed, Server, flush_cache
+from start_errors import ExitedAtStart
 
 GPU_PROFILE = {"bs": [1, 4, 16, 64, 128, 256], "forwards": 8, "prompt_tokens": 1024}
 MIRRORED = (

@@ -26,7 +26,7 @@ import pauses
 from client import BIN_S, token_bins
 from oracle import open_loop_notes, pair_lines, phase_oracle
 from ratios import fmt_reps, ratio_line, tokens_line
-from servers import failed_label
+from start_errors import failed_label
 from traces import Trace
 
 

@@ -303,7 +303,7 @@ def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
     """A server whose process ended before ``/health`` answered is reported with the last
     exception its log names (an 80 GiB card out of memory for SGLang's adaptive states), at
     the memory fraction it was started with; a log that names none gives the server alone."""
-    import servers
+    import start_errors
 
     log = "\n".join(
         [
@@ -316,12 +316,12 @@ def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
         ]
     )
     cause = "OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB."
-    assert servers.exit_cause(log) == cause
-    assert servers.exit_cause("[10:05:20] kill_process_tree called") == ""
+    assert start_errors.exit_cause(log) == cause
+    assert start_errors.exit_cause("[10:05:20] kill_process_tree called") == ""
     rec = {"server": "adaptive", "start_failed": log, "mem_fraction_static": 0.8}
-    assert servers.failed_label(rec) == f"adaptive: {cause} (--mem-fraction-static 0.8)"
+    assert start_errors.failed_label(rec) == f"adaptive: {cause} (--mem-fraction-static 0.8)"
     rec = {"server": "adaptive", "start_failed": "exited with -9", "source": "machine28"}
-    assert servers.failed_label(rec) == "adaptive in machine28"
+    assert start_errors.failed_label(rec) == "adaptive in machine28"
 
 
 _DIES = """
@@ -336,13 +336,14 @@ sys.exit(1)
 def test_a_server_process_that_dies_at_start_says_why_in_its_first_line(tmp_path: Path) -> None:
     """The start's error, whose first line the driver prints, carries the log's exception."""
     import servers
+    import start_errors
 
     class Dies(servers.Server):
         def argv(self) -> list[str]:
             return [sys.executable, "-c", _DIES]
 
     srv = Dies(servers.Bed("gpu", tmp_path), "adaptive", tmp_path / "server.log")
-    with pytest.raises(servers.ExitedAtStart) as got:
+    with pytest.raises(start_errors.ExitedAtStart) as got:
         srv.start(60.0, lambda _line: None)
     assert got.value.cause == "OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB."
     first = str(got.value).splitlines()[0]
