@@ -121,7 +121,7 @@ def run_server(
     frac = bed.engine_args(name).get("mem_fraction_static")
     rec = {"server": name, "start_s": srv.start_s, "kv_tokens": kv, "mem_fraction_static": frac}
     if name == "specfsm_shapes":
-        rec["shapes_set"] = args.shapes_set  # what the simulator serves beside it (sim_predict)
+        rec["shapes_set"] = args.shapes_set  # what the simulator serves beside it (sim_lines)
     log.write(json.dumps(rec) + "\n")
     variants = [v for v in args.variants.split(",") if v] if name == "specfsm" else [""]
     reps_of = args.repetitions
@@ -406,9 +406,9 @@ def main() -> int:
     if (out / "torch_profile").is_dir():
         lines += torch_profile.summary(out / "torch_profile")
     if args.sim:
-        import sim_predict  # the specfsm package and numpy: on the development machine only
+        import sim_lines  # the specfsm package and numpy: on the development machine only
 
-        lines += sim_predict.sim_lines(out / "runs.jsonl", tr, table=args.sim_table)
+        lines += sim_lines.sim_lines(out / "runs.jsonl", tr, table=args.sim_table)
     (out / "serving_summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -3,8 +3,7 @@
 ``predict(trace, server)`` serves one serving-benchmark trace (`traces.Trace`, the GPU bed's
 ``heavy`` / ``bursty`` ...) in the project's simulator (`specfsm.sim.engine.run`) with the
 controller that stands for ``server`` and returns the predicted output tok/s over the trace's
-window; ``sim_lines(runs_path, traces)`` puts it beside every (trace, server) a ``runs.jsonl``
-measured, as summary lines ``serve_sim_vs_measured[TRACE][SERVER]: ratio (...)``.
+window; `sim_lines` puts it beside every (trace, server) a ``runs.jsonl`` measured.
 
 What the simulator models (specfsm/sim/engine.py, specfsm/model/costs.py): continuous batching
 on a step-cost table, ``max_running`` 256; each iteration admits new requests (closed loop: up
@@ -62,7 +61,6 @@ What this module adds, and where each constant comes from:
   draws are its own, so one seed moves a 32 s window by up to ~10%.
 
 Standard library + the specfsm package (its ``sim`` extra: numpy, imported by the engine).
-Run ``python benchmarks/serving/sim_predict.py`` for the committed 2026-12-02 run.
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +86,7 @@ _HERE = str(Path(__file__).resolve().parent)  # benchmarks/serving: its traces.p
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-import gpu_bed  # noqa: E402
 import launch as bench_launch  # noqa: E402
-import sim_miss  # noqa: E402
 import traces as bench_traces  # noqa: E402
 from served_steps import NODRAFT_STEP_MODEL  # noqa: E402
 
@@ -100,7 +96,6 @@ __all__ = [
     "RESULTS",
     "SERVERS",
     "predict",
-    "sim_lines",
     "simulate",
 ]
 
@@ -180,7 +175,7 @@ def _served(name: str, policy: Policy, shape: DraftShape) -> FSMController:
     return FSMController(name, policy, shape, lazy_draft_prefill=True, prefill_observations=True)
 
 
-def _controller(
+def controller(
     server: str, table: str, accept_len: float, shapes_set: Mapping[str, Any] | None = None
 ) -> Controller:
     if server == "nospec":
@@ -210,7 +205,7 @@ def _controller(
     raise ValueError(f"predict: unknown server {server!r} (known: {', '.join(SERVERS)})")
 
 
-def _arrival_counts(trace: bench_traces.Trace) -> list[int]:
+def arrival_counts(trace: bench_traces.Trace) -> list[int]:
     """The trace's own Poisson arrivals per phase (`traces.arrivals`)."""
     counts = [0] * len(trace.phases)
     for i, _ in bench_traces.arrivals(trace):
@@ -227,7 +222,7 @@ def _load(trace: bench_traces.Trace) -> Load:
         kind, levels = "concurrency", [p.level for p in trace.phases]
     else:
         kind = "poisson"
-        counts = _arrival_counts(trace)
+        counts = arrival_counts(trace)
         levels = [n / p.seconds for n, p in zip(counts, trace.phases, strict=True)]
 
     def level(t: float) -> float:
@@ -240,7 +235,7 @@ def _load(trace: bench_traces.Trace) -> Load:
 
 
 @functools.cache
-def _mean_lengths(trace: bench_traces.Trace) -> tuple[float, float]:
+def mean_lengths(trace: bench_traces.Trace) -> tuple[float, float]:
     """(prompt, output) mean lengths of the requests `trace` issues (a cut request counts the
     tokens before its cut)."""
     n = CLOSED_REQUESTS if trace.phases[0].kind == "closed" else len(bench_traces.arrivals(trace))
@@ -252,14 +247,14 @@ def _mean_lengths(trace: bench_traces.Trace) -> tuple[float, float]:
 
 def _workload(trace: bench_traces.Trace) -> Workload:
     """Uniform ranges from the trace's lower bounds with the trace's mean lengths."""
-    prompt, out = _mean_lengths(trace)
+    prompt, out = mean_lengths(trace)
     ln = trace.lengths
     p_hi = max(ln.prompt_min, round(2 * prompt - ln.prompt_min))
     o_hi = max(ln.output_min, round(2 * out - ln.output_min))
     return Workload((ln.prompt_min, p_hi), (ln.output_min, o_hi), MAX_RUNNING)
 
 
-def _phase_s(trace: bench_traces.Trace) -> float:
+def phase_seconds(trace: bench_traces.Trace) -> float:
     """The simulator's phase length: the trace's, when every phase has the same length (the
     builtin traces), else the whole window as one phase."""
     lengths = {p.seconds for p in trace.phases}
@@ -289,12 +284,12 @@ def simulate(
         cost = _PrefillAt(cost_table, *prefill_us_per_token)
     load, workload = _load(trace), _workload(trace)
     alpha = alpha_from_accept_length(accept_len, SHAPE)
-    phase_s = _phase_s(trace)
+    phase_s = phase_seconds(trace)
     n = round(trace.seconds / phase_s)
     sums, tpots = [0.0] * n, [0.0] * n
     k = max(1, seeds)
     for seed in range(k):
-        ctl = _controller(server, table, accept_len, shapes_set)
+        ctl = controller(server, table, accept_len, shapes_set)
         res = run(ctl, load, cost, alpha, workload=workload, seed=seed, phase_s=phase_s)
         for i, tok in enumerate(res.phase_tokens[:n]):
             sums[i] += tok
@@ -328,161 +323,4 @@ def predict(
         seeds=seeds,
         shapes_set=shapes_set,
     )
-    return sum(phases) * _phase_s(trace) / trace.seconds
-
-
-# ------------------------------------------------------------------------------ the lines
-def _runs(runs_path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    for line in Path(runs_path).read_text().splitlines():
-        if line.strip():
-            out.append(json.loads(line))
-    return out
-
-
-def _measured(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Run records with a tok/s, by (trace, server), in file order."""
-    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in runs:
-        if "trace" in r and "tok_s" in r:
-            by.setdefault((str(r["trace"]), str(r["server"])), []).append(dict(r))
-    return by
-
-
-def _miss_line(
-    trace: bench_traces.Trace,
-    recs: Sequence[Mapping[str, Any]],
-    server: str,
-    ratio: float,
-    sim_phases: Sequence[float],
-    sim_tpot: Sequence[float],
-) -> str:
-    """`sim_miss.why` with the trace's facts; for ``adaptive`` its candidate steps per phase."""
-    arrivals = _arrival_counts(trace) if trace.phases[0].kind == "poisson" else []
-    ran = {}
-    if server == "adaptive" and trace.phases[0].kind == "closed":
-        ctl = _controller(server, H200_TABLE, 2.4)
-        assert isinstance(ctl, SGLangAdaptiveController)
-        for i, p in enumerate(trace.phases):
-            steps = ctl.candidate_steps(int(p.level))
-            ran[i] = (
-                f"SGLang 0.5.17's adaptive speculation runs {' or '.join(map(str, steps))} draft "
-                f"steps at {int(p.level)} requests, whose served step the table does not hold"
-            )
-    return sim_miss.why(
-        trace,
-        recs,
-        server,
-        ratio,
-        sim_phases,
-        sim_tpot,
-        prompt_mean=_mean_lengths(trace)[0],
-        prefill_us=MEASURED_PREFILL_US,
-        arrivals=arrivals,
-        ran=ran,
-    )
-
-
-#: `sim_lines`' table chosen by the runs' card (`table_for`)
-AUTO_TABLE = "auto"
-#: decode steps as served on a card, merged over the H200's in-engine forwards: the card's
-#: name as the runs' header gives it (no spaces, upper case) -> the table
-SERVED_BY_CARD = {"H100": f"{H200_TABLE}+h100_sglang0517_llama8b_served"}
-
-
-def _card_key(device: str) -> str:
-    """A device as the runs' header names it, as `SERVED_BY_CARD` and table names match it."""
-    return device.upper().replace(" ", "")
-
-
-def table_for(devices: Sequence[str]) -> str:
-    """The simulator's table for runs on `devices`: a card's served decode steps where every
-    device is that card and the project has them (`SERVED_BY_CARD`), else the H200's table
-    (the summary's header names the table, and says when its card is not the runs')."""
-    names = {_card_key(d) for d in devices}
-    for card, table in SERVED_BY_CARD.items():
-        if names and all(card in n for n in names):
-            return table
-    return H200_TABLE
-
-
-def sim_lines(
-    runs_path: str | Path,
-    traces: Mapping[str, bench_traces.Trace],
-    *,
-    table: str = AUTO_TABLE,
-    accept_len: float = 2.4,
-    seeds: int = 6,
-) -> list[str]:
-    """Summary lines: ``serve_sim_vs_measured[TRACE][SERVER]: <predicted / measured>
-    (predicted X tok/s, measured Y; goal 0.9-1.1)`` for every (trace, server) measured in
-    `runs_path` whose trace is in `traces` (measured: the mean tok/s over its repetitions),
-    a comment line after each miss beyond the goal, a header saying what is fitted, and per
-    trace one info line with the simulator's own table prefill instead of the measured one.
-    ``table`` ``"auto"``: `table_for` the runs' card."""
-    runs = _runs(runs_path)
-    devices = gpu_bed.devices(runs)
-    table = table_for(devices) if table == AUTO_TABLE else table
-    bench_traces.check_measured(runs, traces, "sim_lines")
-    by = _measured(runs)
-    # the shapes example as its server was started (keys set by --shapes-set)
-    shapes_set = bench_launch.shapes_set_of(runs)
-    sim = functools.partial(simulate, seeds=seeds, shapes_set=shapes_set)
-    # the simulator's own prefill approximation (the info line)
-    pred_raw = functools.partial(predict, seeds=seeds, shapes_set=shapes_set)
-    t_us, d_us = MEASURED_PREFILL_US
-    probe = CostModel(load_table(table), SHAPE)
-    lines = [
-        f"# simulator (specfsm.sim.engine.run) beside the measurement: table {table}, "
-        f"{SHAPE.label()}, accept length {accept_len:g}, mean of {seeds} simulator seeds; "
-        "tok/s = output tokens committed inside the trace's window / window seconds",
-        f"# PARTLY FITTED: prefill priced at {t_us:g} us (target) + {d_us:g} us (draft) of GPU "
-        "time per prompt token, the pooled prefill_gpu of the H200 serving runs in "
-        "benchmarks/gpu/results/2026-12-02_serving (fitted on those, out of sample for any "
-        "other run; the simulator's own "
-        f"table approximation, {1000 * probe.prefill_ms_per_token_target:.1f} + "
-        f"{1000 * probe.prefill_ms_per_token_draft:.1f} us, on the serve_sim_table_prefill lines); "
-        "Poisson rates and mean lengths from the trace's own requests; decode steps from the table",
-    ]
-    # a merged table (A+B) names a card per part: a served table of the runs' own card
-    # prices their decode steps from it
-    cards = sorted({Path(x).name.split("_", 1)[0].upper() for x in table.split("+") if x})
-    if other := [d for d in devices if not any(c in _card_key(d) for c in cards)]:
-        lines.append(
-            f"# the table's card is the {' / '.join(cards)}; these runs' is {', '.join(other)}: "
-            "the simulator prices their decode steps from another card"
-        )
-    for name in traces:
-        tr = traces[name]
-        servers = [s for s in SERVERS if (name, s) in by]
-        servers += sorted(s for (t, s) in by if t == name and s not in SERVERS)
-        table_ratios = []
-        for server in servers:
-            recs = by[(name, server)]
-            measured = sum(float(r["tok_s"]) for r in recs) / len(recs)
-            if server not in SERVERS:
-                lines.append(f"# serve_sim_vs_measured[{name}][{server}]: no simulated server")
-                continue
-            sim_phases, sim_tpot = sim(tr, server, table, accept_len)
-            pred = sum(sim_phases) * _phase_s(tr) / tr.seconds
-            ratio = pred / measured
-            lines.append(
-                f"serve_sim_vs_measured[{name}][{server}]: {ratio:.3f} (predicted {pred:.0f} "
-                f"tok/s, measured {measured:.0f}; goal {GOAL[0]:g}-{GOAL[1]:g})"
-            )
-            if not GOAL[0] <= ratio <= GOAL[1]:
-                lines.append(_miss_line(tr, recs, server, ratio, sim_phases, sim_tpot))
-            raw = pred_raw(tr, server, table, accept_len, prefill_us_per_token=None)
-            table_ratios.append(f"{server} {raw / measured:.2f}")
-        if table_ratios:
-            lines.append(
-                f"serve_sim_table_prefill_vs_measured[{name}]: {', '.join(table_ratios)} "
-                "(info: the simulator's own prefill approximation, nothing fitted)"
-            )
-    return lines
-
-
-if __name__ == "__main__":
-    trs = bench_traces.builtin("gpu", 8.0)
-    out = sim_lines(RESULTS / "runs.jsonl", {k: trs[k] for k in ("heavy", "bursty")})
-    print("\n".join(out))
+    return sum(phases) * phase_seconds(trace) / trace.seconds

@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "serving"))
 
+import sim_lines
 import sim_predict
 import traces
 
@@ -38,7 +39,7 @@ def test_prefill_bound_heavy_ranks_nospec_above_spec() -> None:
 
 def test_mean_lengths_are_the_traces_own() -> None:
     tr = TRACES["bursty"]
-    prompt, out = sim_predict._mean_lengths(tr)
+    prompt, out = sim_predict.mean_lengths(tr)
     reqs = [traces.request(tr, k) for k in range(len(traces.arrivals(tr)))]
     assert prompt == sum(len(r.prompt) for r in reqs) / len(reqs)
     wl = sim_predict._workload(tr)
@@ -48,7 +49,7 @@ def test_mean_lengths_are_the_traces_own() -> None:
 
 def test_sim_lines_parse_the_committed_run() -> None:
     runs = sim_predict.RESULTS / "runs.jsonl"
-    lines = sim_predict.sim_lines(runs, {k: TRACES[k] for k in MEASURED}, seeds=1)
+    lines = sim_lines.sim_lines(runs, {k: TRACES[k] for k in MEASURED}, seeds=1)
     rows = [m for m in map(LINE.match, lines) if m]
     got = {(m.group(1), m.group(2)) for m in rows}
     assert ("heavy", "nospec") in got and ("bursty", "specfsm_goodput") in got
@@ -70,7 +71,7 @@ def test_adaptive_runs_the_served_release_and_graph_sizes() -> None:
     import servers
 
     assert list(sim_predict.GPU_GRAPH_BS) == servers.GPU_GRAPH_BS
-    ctl = sim_predict._controller("adaptive", "h200_sglang0517_llama8b", 2.4)
+    ctl = sim_predict.controller("adaptive", "h200_sglang0517_llama8b", 2.4)
     assert ctl.candidate_steps(1) == [1, 3, 7]  # type: ignore[attr-defined]
     assert ctl.candidate_steps(24) == [0, 1, 3]  # type: ignore[attr-defined]
     assert ctl.candidate_steps(25) == [0, 1]  # type: ignore[attr-defined]
@@ -125,7 +126,7 @@ def test_runs_of_another_card_than_the_tables_are_said_so(tmp_path: Path) -> Non
         runs.write_text(
             "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
         )
-        lines = sim_predict.sim_lines(
+        lines = sim_lines.sim_lines(
             runs, {"bursty": TRACES["bursty"]}, table="h200_sglang0517_llama8b", seeds=1
         )
         note = "# the table's card is the H200; these runs' is NVIDIA H100 80GB HBM3"
@@ -147,7 +148,7 @@ def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
     import pytest
 
     table = "h200_sglang0517_llama8b"
-    shipped = sim_predict._controller("specfsm_shapes", table, 3.0)
+    shipped = sim_predict.controller("specfsm_shapes", table, 3.0)
     assert shipped.shape == sim_predict.SHAPES_LAUNCH  # chain 7
     policy = json.loads(sim_predict.SHAPES_EXAMPLE.read_text())["policy"]
     three = {"shapes": ["chain1", "chain2"], "policy": {**policy, "shape": "chain3"}}
@@ -158,7 +159,7 @@ def test_the_shapes_example_is_simulated_as_its_drivers_served_it() -> None:
     assert launch.shapes_set_of([started, {"server": "nospec", "start_s": 1.0}]) == {}
     with pytest.raises(ValueError, match="different --shapes-set"):
         launch.shapes_set_of([{**started, "shapes_set": three}, started])
-    ctl = sim_predict._controller("specfsm_shapes", table, 3.0, three)
+    ctl = sim_predict.controller("specfsm_shapes", table, 3.0, three)
     assert ctl.shape == sim_predict.SHAPE  # chain 3
     v = sim_predict.predict(TRACES["bursty"], "specfsm_shapes", seeds=1, shapes_set=three)
     assert math.isfinite(v) and v > 0
@@ -191,9 +192,9 @@ def test_a_tables_nodraft_step_prices_the_server_without_a_draft(tmp_path: Path)
         "".join(json.dumps({**r, "device": card} if "started" in r else r) + "\n" for r in recs)
     )
     # the table the summary picks for runs on an H100 by itself ("auto"), named in its header
-    assert sim_predict.table_for([card]) == table
-    assert sim_predict.table_for(["NVIDIA H200", card]) == "h200_sglang0517_llama8b"
-    assert sim_predict.table_for([]) == "h200_sglang0517_llama8b"
-    lines = sim_predict.sim_lines(runs, {"bursty": TRACES["bursty"]}, seeds=1)
+    assert sim_lines.table_for([card]) == table
+    assert sim_lines.table_for(["NVIDIA H200", card]) == "h200_sglang0517_llama8b"
+    assert sim_lines.table_for([]) == "h200_sglang0517_llama8b"
+    lines = sim_lines.sim_lines(runs, {"bursty": TRACES["bursty"]}, seeds=1)
     assert not any(x.startswith("# the table's card is") for x in lines)
     assert f"table {table}," in lines[0]
