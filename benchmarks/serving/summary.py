@@ -309,6 +309,7 @@ def summarize(
         )
     )
     lost = mism = compared = 0
+    greedy_ref: dict[str, str] = {}  # trace -> the server its outputs were compared with
     for t, trace in traces.items():
         lines.append(
             f"serving_trace[{t}]: {' '.join(p.label() for p in trace.phases)} "
@@ -400,6 +401,7 @@ def summarize(
         if ref_lab is not None and by.get((ref_lab, t)):
             first = min(by[(ref_lab, t)], key=lambda r: int(r["rep"]))  # its first measured run
             ref_recs = _requests(out, first)
+            greedy_ref[t] = ref_lab
             for lab in tok:
                 for r in by[(lab, t)]:
                     if r is first:
@@ -435,6 +437,9 @@ def summarize(
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")
     lines.append(f"serve_greedy_mismatches: {mism}")
+    if greedy_ref:
+        refs = ", ".join(f"{t}={lab}" for t, lab in greedy_ref.items())
+        lines.append(f"serve_greedy_reference: {refs} (info: outputs compared with its first run)")
     failed = [failed_label(s) for s in servers if "start_failed" in s or "error" in s]
     lines.append(
         f"serve_servers_failed: {len(failed)}" + (f" ({'; '.join(failed)})" if failed else "")

@@ -139,6 +139,9 @@ def test_merged_folders_pair_only_repetitions_measured_together(tmp_path: Path) 
     # PLAIN (rep 1) shares rep 1 with the no-spec server of folder b: 190 / 200
     assert "serve_plain_vs_nospec_server[heavy]: 0.950 (reps 0.950;" in text
     assert "serve_greedy_mismatches: 0" in text
+    assert (
+        "serve_greedy_reference: heavy=nospec (info: outputs compared with its first run)" in text
+    )
     merge.merge([(a, 0, set()), (b, 1, set())], tmp_path / "out2", ["m"])
     lines = summary.summarize(
         tmp_path / "out2" / "runs.jsonl", {"heavy": traces.builtin("gpu", 7.0)["heavy"]}
