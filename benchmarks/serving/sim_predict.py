@@ -92,9 +92,14 @@ from served_steps import NODRAFT_STEP_MODEL  # noqa: E402
 
 __all__ = [
     "CLOSED_REQUESTS",
+    "H200_TABLE",
     "MEASURED_PREFILL_US",
     "RESULTS",
     "SERVERS",
+    "arrival_counts",
+    "controller",
+    "mean_lengths",
+    "phase_seconds",
     "predict",
     "simulate",
 ]
