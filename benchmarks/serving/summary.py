@@ -437,8 +437,7 @@ def summarize(
     lines.append(f"serve_lost_requests: {lost}")
     lines.append(f"serve_greedy_compared_requests: {compared}")
     lines.append(f"serve_greedy_mismatches: {mism}")
-    if greedy_ref:
-        refs = ", ".join(f"{t}={lab}" for t, lab in greedy_ref.items())
+    if refs := ", ".join(f"{t}={lab}" for t, lab in greedy_ref.items()):
         lines.append(f"serve_greedy_reference: {refs} (info: outputs compared with its first run)")
     failed = [failed_label(s) for s in servers if "start_failed" in s or "error" in s]
     lines.append(
