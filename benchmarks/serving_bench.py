@@ -86,7 +86,8 @@ def run_server(
         cfg = fsm_config(args, out)
     elif name == "specfsm_shapes":
         cfg = shapes_config(out / "specfsm", args.bed, args.shapes_set)
-    srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
+    log_path = out / "logs" / f"server_{name}.log"
+    srv = Server(bed, name, log_path, fsm_config=cfg)
     it_dir = out / "iters" / name
     pf_dir = out / "prefill" / name
     bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
@@ -114,7 +115,7 @@ def run_server(
                 return
             # the bed reads each server's fraction from its own variable at every start
             bed.env[f"MEM_FRACTION_{name.upper()}"] = f"{nxt:.2f}"
-            srv = Server(bed, name, out / "logs" / f"server_{name}.log", fsm_config=cfg)
+            srv = Server(bed, name, log_path, fsm_config=cfg)  # a fresh process and port
             say(f"{name}: out of GPU memory at start: starting again at {nxt:.2f}")
     kv = srv.kv_tokens()
     say(f"{name}: up in {srv.start_s:.1f} s, KV pool {kv} tokens")
