@@ -325,7 +325,6 @@ def test_a_server_that_exits_at_start_is_named_with_its_cause() -> None:
 
 
 _DIES = """
-import os
 import sys
 print("Traceback (most recent call last):", flush=True)
 print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. More.")
