@@ -1,0 +1,206 @@
+"""What a prefill costs the scheduler beyond its GPU work: each server's fixed time per prefill
+iteration, read from the per-iteration traces of a results folder (no device).
+
+With overlap on, SGLang launches iteration i+2 once iteration i's result is in (its forward
+done on the GPU) and iteration i+2 is planned, so in a string of prefills the gap from launch
+i+1 to launch i+2 is prefill i's GPU time plus what the host does that the GPU does not hide:
+
+    gap(i+1 -> i+2) = slope * prompt tokens of prefill i + fixed
+
+Fitted over every three prefills in a row (E or M records of ``SPECFSM_ITER_TRACE``,
+benchmarks/gpu/sitecustomize.py) with one slope per driver (one card: the per-token GPU time of
+the target's prefill, the same model on every server) and one ``fixed`` per run. A specfsm
+run counts only the prefills launched while PLAIN (its transition log), the ones a no-spec
+server is compared with. Under a burst that prefill binds (bursty's 40 requests a second on an
+H100: about one second of prefill GPU time per second), each millisecond more per prefill is a
+millisecond less for the decodes fitted between them, which make the tokens a client sees.
+
+    python benchmarks/serving/prefill_gaps.py benchmarks/gpu/results/2026-12-07_serving_h100_*
+
+(each folder's ``*/traces_logs_*.tgz`` beside its driver's ``runs.jsonl``; ``--trace`` picks the
+trace, bursty by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import io
+import json
+import re
+import statistics
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: the server whose runs the others' fixed time is set beside; the others fitted are the specfsm
+#: server's runs, whose PLAIN prefills run the target alone on the GPU, as this server's do
+REFERENCE = "nospec"
+
+
+@dataclass
+class Driver:
+    """One driver's prefill strings: (prompt tokens of prefill i, gap i+1 -> i+2 in ms) per
+    run label ``SERVER:rep``."""
+
+    name: str
+    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+
+@dataclass
+class Fit:
+    """One driver's fit: the common slope (us per prompt token) and each run's fixed ms."""
+
+    name: str
+    slope_us: float
+    fixed_ms: dict[str, float]
+    n: dict[str, int]
+
+
+def _members(tgz: Path) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    with tarfile.open(tgz) as tf:
+        for m in tf.getmembers():
+            if m.isfile() and ("/iters/" in "/" + m.name or m.name.endswith("rank0.jsonl")):
+                fh = tf.extractfile(m)
+                if fh is not None:
+                    out[m.name] = fh.read()
+    return out
+
+
+def _jsonl(data: bytes) -> list[Any]:
+    return [json.loads(s) for s in io.StringIO(data.decode()) if s.strip()]
+
+
+def busiest(phases: list[str], phase_s: float) -> list[tuple[float, float]]:
+    """The (start, end) seconds of the trace's phases at its highest level (the number in a
+    phase's label: ``rps40``, ``c32``): where a server is saturated and a prefill follows the
+    last without waiting for arrivals (in a lull the gap to the next prefill is idle time)."""
+    level = [float(m.group()) if (m := re.search(r"[0-9.]+", p)) else 0.0 for p in phases]
+    top = max(level, default=0.0)
+    return [(i * phase_s, (i + 1) * phase_s) for i, v in enumerate(level) if v == top]
+
+
+def load_driver(tgz: Path, trace: str) -> Driver:
+    """The prefill strings of every run of `trace` in the driver whose traces `tgz` holds (its
+    ``runs.jsonl`` beside it)."""
+    files = _members(tgz)
+    rows: dict[str, list[list[Any]]] = {}
+    trans: list[dict[str, Any]] = []
+    for name, data in files.items():
+        parts = name.split("/")
+        if "iters" in parts[:-1]:
+            server = parts[parts.index("iters") + 1]
+            rows.setdefault(server, []).extend(_jsonl(data))
+        elif name.endswith("specfsm/transitions-rank0.jsonl"):
+            trans = [x for x in _jsonl(data) if x.get("event") == "specfsm.transition"]
+    for r in rows.values():
+        r.sort(key=lambda x: x[0])
+    trans_ts = [x["ts"] for x in trans]
+
+    def plain(t: float) -> bool:
+        i = bisect.bisect_right(trans_ts, t)
+        return bool(i) and trans[i - 1]["dst"] == "PLAIN"
+
+    heads = _jsonl((tgz.parent / "runs.jsonl").read_bytes())
+    busy: list[tuple[float, float]] = []
+    for h in heads:
+        if trace in h.get("traces", {}) and h.get("phase_s"):
+            busy = busiest(h["traces"][trace], float(h["phase_s"]))
+    drv = Driver(tgz.parent.name)
+    for r in heads:
+        if r.get("trace") != trace or "t0" not in r:
+            continue
+        server = "specfsm" if r["server"].startswith("specfsm") else r["server"]
+        if server not in (REFERENCE, "specfsm"):
+            continue  # a draft's prefill on the GPU too: another slope
+        recs = rows.get(server, [])
+        pts = drv.points.setdefault(f"{r['server']}:{r['rep']}", [])
+        for p0, p1 in busy:
+            lo = bisect.bisect_left(recs, [r["t0"] + p0])
+            hi = bisect.bisect_left(recs, [r["t0"] + p1])
+            win = recs[lo:hi]
+            for a, b, c in zip(win, win[1:], win[2:], strict=False):
+                if not all(x[1] in "EM" for x in (a, b, c)):
+                    continue
+                if server == "specfsm" and not (plain(a[0]) and plain(c[0])):
+                    continue
+                pts.append((float(a[3]), 1e3 * (c[0] - b[0])))
+    drv.points = {k: v for k, v in drv.points.items() if v}
+    return drv
+
+
+def fit(drv: Driver, min_points: int = 20) -> Fit | None:
+    """One slope over the driver's runs (each run's points centred on its own means), then each
+    run's fixed time at its means. None: no run with `min_points` strings."""
+    use = {k: v for k, v in drv.points.items() if len(v) >= min_points}
+    sxx = sxy = 0.0
+    for pts in use.values():
+        mx = statistics.fmean(x for x, _ in pts)
+        my = statistics.fmean(y for _, y in pts)
+        sxx += sum((x - mx) ** 2 for x, _ in pts)
+        sxy += sum((x - mx) * (y - my) for x, y in pts)
+    if not use or sxx <= 0:
+        return None
+    slope = sxy / sxx  # ms per token
+    fixed = {
+        k: statistics.fmean(y for _, y in pts) - slope * statistics.fmean(x for x, _ in pts)
+        for k, pts in use.items()
+    }
+    return Fit(drv.name, 1e3 * slope, fixed, {k: len(v) for k, v in use.items()})
+
+
+def by_server(f: Fit) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for k, v in sorted(f.fixed_ms.items()):
+        out.setdefault(k.rsplit(":", 1)[0], []).append(v)
+    return out
+
+
+def report(fits: list[Fit]) -> list[str]:
+    """Per driver: the slope, each server's fixed ms per run and its mean less the reference
+    server's mean on the same driver; then those differences pooled over the drivers."""
+    lines: list[str] = []
+    pooled: dict[str, list[float]] = {}
+    for f in fits:
+        per = by_server(f)
+        ref = statistics.fmean(per[REFERENCE]) if REFERENCE in per else None
+        lines.append(f"{f.name}: slope {f.slope_us:.2f} us per prompt token")
+        for s, v in per.items():
+            runs = ", ".join(f"{x:.2f}" for x in v)
+            n = sum(f.n[k] for k in f.n if k.rsplit(":", 1)[0] == s)
+            d = "" if ref is None or s == REFERENCE else f"; {statistics.fmean(v) - ref:+.2f} ms"
+            lines.append(
+                f"  {s}: fixed {statistics.fmean(v):.2f} ms a prefill (runs {runs}; {n} strings){d}"
+            )
+            if ref is not None and s != REFERENCE:
+                pooled.setdefault(s, []).extend(x - ref for x in v)
+    for s, v in sorted(pooled.items()):
+        spread = f", {min(v):+.2f} to {max(v):+.2f}" if len(v) > 1 else ""
+        lines.append(
+            f"prefill_fixed_vs_{REFERENCE}[{s}]: {statistics.fmean(v):+.2f} ms a prefill "
+            f"(runs {len(v)}{spread}; each run against its driver's {REFERENCE} mean)"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="+", type=Path)
+    ap.add_argument("--trace", default="bursty")
+    args = ap.parse_args(argv)
+    fits: list[Fit] = []
+    for folder in args.folders:
+        for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
+            if (got := fit(load_driver(tgz, args.trace))) is not None:
+                fits.append(got)
+    if not fits:
+        print(f"no prefill strings of {args.trace} in {', '.join(map(str, args.folders))}")
+        return 1
+    print("\n".join(report(fits)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
