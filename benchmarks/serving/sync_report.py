@@ -68,8 +68,16 @@ LOOP = (
     "process_batch_result",
 )
 
-#: which window each label is set beside: (the server with the plugin, the one without)
-PAIRS = (("specfsm_plain", "nospec"), ("specfsm_spec", "eagle"))
+#: which window each label is set beside: (the server with the plugin, the one without); the
+#: policies' windows at a top level, where both run PLAIN, beside the no-spec server's and each
+#: other's (one server, two policies: what differs is the policy's path)
+PAIRS = (
+    ("specfsm_plain", "nospec"),
+    ("specfsm_spec", "eagle"),
+    ("specfsm_goodput", "nospec"),
+    ("specfsm_example", "nospec"),
+    ("specfsm_example", "specfsm_goodput"),
+)
 
 
 def _sched(rec: dict[str, Any]) -> dict[str, tuple[int, float]]:

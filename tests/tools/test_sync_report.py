@@ -63,3 +63,19 @@ def test_a_window_recorded_without_the_scheduler_profile_gives_no_side_by_side(
     out = sync_report.report(tmp_path)
     assert not [ln for ln in out if ln.startswith("serve_sync_sched_diff")]
     assert [ln for ln in out if ln.startswith("serve_sync_waits[nospec]")]
+
+
+def test_the_policies_windows_are_set_beside_the_no_spec_servers_and_each_others(
+    tmp_path: Path,
+) -> None:
+    rows = [[f"{SCHED}:10 run_batch", 10, 0.001, 0.010]]
+    for label in ("specfsm_goodput", "specfsm_example", "nospec"):
+        (tmp_path / f"{label}.json").write_text(json.dumps(_window(10, rows)))
+    heads = [
+        ln.split(":")[0] for ln in sync_report.report(tmp_path) if ln.startswith("serve_sync_sched")
+    ]
+    assert heads == [
+        "serve_sync_sched_diff[specfsm_goodput-nospec]",
+        "serve_sync_sched_diff[specfsm_example-nospec]",
+        "serve_sync_sched_diff[specfsm_example-specfsm_goodput]",
+    ]
