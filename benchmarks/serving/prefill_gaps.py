@@ -18,7 +18,7 @@ millisecond less for the decodes fitted between them, which make the tokens a cl
     python benchmarks/serving/prefill_gaps.py benchmarks/gpu/results/2026-12-07_serving_h100_*
 
 (each folder's ``*/traces_logs_*.tgz`` beside its driver's ``runs.jsonl``; ``--trace`` picks the
-trace, bursty by default).
+trace, bursty by default; ``--skip-s S`` leaves out each busy phase's first S seconds).
 """
 
 from __future__ import annotations
@@ -82,9 +82,10 @@ def busiest(phases: list[str], phase_s: float) -> list[tuple[float, float]]:
     return [(i * phase_s, (i + 1) * phase_s) for i, v in enumerate(level) if v == top]
 
 
-def load_driver(tgz: Path, trace: str) -> Driver:
+def load_driver(tgz: Path, trace: str, skip_s: float = 0.0) -> Driver:
     """The prefill strings of every run of `trace` in the driver whose traces `tgz` holds (its
-    ``runs.jsonl`` beside it)."""
+    ``runs.jsonl`` beside it), each busy phase's first `skip_s` seconds left out (where a
+    policy's switch lands among the prefills)."""
     files = _members(tgz)
     rows: dict[str, list[list[Any]]] = {}
     trans: list[dict[str, Any]] = []
@@ -118,7 +119,7 @@ def load_driver(tgz: Path, trace: str) -> Driver:
         recs = rows.get(server, [])
         pts = drv.points.setdefault(f"{r['server']}:{r['rep']}", [])
         for p0, p1 in busy:
-            lo = bisect.bisect_left(recs, [r["t0"] + p0])
+            lo = bisect.bisect_left(recs, [r["t0"] + p0 + skip_s])
             hi = bisect.bisect_left(recs, [r["t0"] + p1])
             win = recs[lo:hi]
             for a, b, c in zip(win, win[1:], win[2:], strict=False):
@@ -189,11 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path)
     ap.add_argument("--trace", default="bursty")
+    ap.add_argument(
+        "--skip-s",
+        type=float,
+        default=0.0,
+        help="leave out each busy phase's first seconds (a policy's switch lands there)",
+    )
     args = ap.parse_args(argv)
     fits: list[Fit] = []
     for folder in args.folders:
         for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
-            if (got := fit(load_driver(tgz, args.trace))) is not None:
+            if (got := fit(load_driver(tgz, args.trace, args.skip_s))) is not None:
                 fits.append(got)
     if not fits:
         print(f"no prefill strings of {args.trace} in {', '.join(map(str, args.folders))}")

@@ -94,6 +94,14 @@ def test_fit_recovers_the_slope_and_each_servers_fixed_time(tmp_path: Path) -> N
     assert abs(diff - 0.5) < 0.2
 
 
+def test_skip_s_leaves_out_each_busy_phases_first_seconds(tmp_path: Path) -> None:
+    tgz = _folder(tmp_path, plain_from=1.0) / "machine1" / "traces_logs_machine1.tgz"
+    whole = prefill_gaps.load_driver(tgz, "bursty")
+    later = prefill_gaps.load_driver(tgz, "bursty", skip_s=2.0)
+    assert 0 < len(later.points["nospec:0"]) < len(whole.points["nospec:0"])
+    assert prefill_gaps.fit(prefill_gaps.load_driver(tgz, "bursty", skip_s=PHASE_S)) is None
+
+
 def test_busiest_phases_are_the_top_level() -> None:
     assert prefill_gaps.busiest(["rps2", "rps40", "rps2", "rps40"], 7.0) == [
         (7.0, 14.0),
