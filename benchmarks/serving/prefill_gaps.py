@@ -1,9 +1,11 @@
-"""What a prefill costs the scheduler beyond its GPU work: each server's fixed time per prefill
-iteration, read from the per-iteration traces of a results folder (no device).
+"""What a prefill costs beyond its GPU time per prompt token: each server's fixed time per
+prefill iteration, read from the per-iteration traces of a results folder (no device).
 
 With overlap on, SGLang launches iteration i+2 once iteration i's result is in (its forward
 done on the GPU) and iteration i+2 is planned, so in a string of prefills the gap from launch
-i+1 to launch i+2 is prefill i's GPU time plus what the host does that the GPU does not hide:
+i+1 to launch i+2 is prefill i's GPU time plus what does not scale with its tokens: GPU work
+outside the target's forward, and the host work between a wait for the GPU (a prefill's
+planning waits for it) and the next launch, while the GPU idles:
 
     gap(i+1 -> i+2) = slope * prompt tokens of prefill i + fixed
 
