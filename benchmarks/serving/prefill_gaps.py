@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servers import SERVERS, server_of
+
 #: the server whose runs the others' fixed time is set beside; the others fitted are the specfsm
 #: server's runs, whose PLAIN prefills run the target alone on the GPU, as this server's do
 REFERENCE = "nospec"
@@ -115,9 +117,9 @@ def load_driver(tgz: Path, trace: str, skip_s: float = 0.0) -> Driver:
     for r in heads:
         if r.get("trace") != trace or "t0" not in r:
             continue
-        server = "specfsm" if r["server"].startswith("specfsm") else r["server"]
+        server = server_of(r["server"], SERVERS)
         if server not in (REFERENCE, "specfsm"):
-            continue  # a draft's prefill on the GPU too: another slope
+            continue  # a draft's prefill on the GPU too, or another server's log: not fitted
         recs = rows.get(server, [])
         pts = drv.points.setdefault(f"{r['server']}:{r['rep']}", [])
         for p0, p1 in busy:
