@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -31,6 +32,8 @@ from urllib.parse import urlparse
 
 from traces import Trace, arrivals, request
 
+#: the CPU test bed's flag (``specfsm_cpu_boot.pth`` boots the bed in a process that has it)
+CPU_BED_FLAG = "SPECFSM_SGLANG_CPU"
 BIN_S = 0.1
 CLOSED_BASE = 1_000_000  # closed-loop request indices start here (Poisson ones are 0..)
 
@@ -226,8 +229,16 @@ def play(
         ctx.Process(target=_worker, args=(trace, url, r, procs, t0, counter, paths[r]))
         for r in range(procs)
     ]
-    for p in ps:
-        p.start()
+    # the client processes are HTTP clients: with the CPU test bed's flag in the driver's
+    # environment each spawned child would boot the bed's SGLang stubs first (seconds on a
+    # busy 2-core host), starting past t0 and missing the first requests of its schedule
+    bed_flag = os.environ.pop(CPU_BED_FLAG, None)
+    try:
+        for p in ps:
+            p.start()
+    finally:
+        if bed_flag is not None:
+            os.environ[CPU_BED_FLAG] = bed_flag
     for p in ps:
         p.join()
     recs: list[dict[str, Any]] = []
