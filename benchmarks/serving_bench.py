@@ -91,6 +91,7 @@ def run_server(
     it_dir = out / "iters" / name
     pf_dir = out / "prefill" / name
     bed.env["SPECFSM_ITER_TRACE"] = str(it_dir) if args.iter_trace else ""
+    bed.env["SPECFSM_ITER_PHASES"] = "1" if args.iter_trace else ""
     bed.env["SPECFSM_PREFILL_TIMING"] = str(pf_dir) if args.iter_trace and args.bed == "gpu" else ""
     bed.env["SPECFSM_SYNC_DEBUG"] = str(out / "sync" / "flag") if args.sync_debug else ""
     which = ""

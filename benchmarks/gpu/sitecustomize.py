@@ -143,6 +143,8 @@ class _Finder(importlib.abc.MetaPathFinder):
                 if cls is not None and hasattr(cls, meth):
                     if kind == "run_batch":
                         _run_batch_wrap(cls)
+                    elif kind.startswith("phase_"):
+                        _phases.wrap_class(cls, meth, _phases.FIELDS.index(kind[len("phase_") :]))
                     elif kind == "adaptive":
                         _adaptive_wrap(cls)
                     elif kind.startswith("prefill_"):
@@ -156,56 +158,11 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-# ``SPECFSM_ITER_TRACE=<dir>``: one record per scheduler iteration (``Scheduler.run_batch``):
-# wall time at launch, forward mode (E extend, M extend mixed with decode rows, D decode,
-# I idle), batch size, extend tokens, queued and running requests, free KV slots. No
-# synchronize: with overlap on, the gap to the next launch is the iteration's wall time as
-# served. The serving benchmark (benchmarks/serving/iters.py) reads the files.
+# ``SPECFSM_ITER_TRACE=<dir>``: one record per scheduler iteration (hook_iters.py, copied beside
+# this file; with ``SPECFSM_ITER_PHASES=1`` the host time of the loop's parts, hook_phases.py)
 _ITER = os.environ.get("SPECFSM_ITER_TRACE")
-_ITER_BUF: list = []
-_ITER_LOCK = threading.Lock()
-_ITER_IDLE: list = []  # the pid whose idle flusher runs (a spawned child starts its own)
-
-
-def _iter_flush() -> None:
-    with _ITER_LOCK:
-        if _ITER_BUF:
-            with open(os.path.join(_ITER, f"iter-{os.getpid()}.jsonl"), "a") as fh:
-                fh.write("".join(json.dumps(r) + "\n" for r in _ITER_BUF))
-            _ITER_BUF.clear()
-
-
-def _iter_idle_flusher() -> None:
-    # a scheduler that goes idle records nothing more, so the buffer would wait for the next
-    # iteration, and a server stopped after its last run (its scheduler killed, no atexit)
-    # would lose that run's last second: written once the scheduler has been quiet a while
-    # (within half a second of its last iteration: a driver waits longer before a stop)
-    while True:
-        time.sleep(0.25)
-        try:
-            with _ITER_LOCK:  # the scheduler thread may be flushing the same buffer
-                quiet = bool(_ITER_BUF) and time.time() - _ITER_BUF[-1][0] > 0.25
-            if quiet:
-                _iter_flush()
-        except Exception as exc:  # a trace must never break the server
-            print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
-
-
-def _iter_record(sched, batch, fm) -> None:
-    mode = "M" if fm.is_mixed() else "E" if fm.is_extend() else "D"
-    mode = mode if fm.is_extend() or fm.is_decode() else "I"
-    ext = int(getattr(batch, "extend_num_tokens", 0) or 0) if mode in "EM" else 0
-    running = sched.running_batch.batch_size() if sched.running_batch is not None else 0
-    free = sched.token_to_kv_pool_allocator.available_size()
-    row = [round(time.time(), 5), mode, batch.batch_size(), ext, len(sched.waiting_queue)]
-    with _ITER_LOCK:
-        _ITER_BUF.append([*row, running, int(free)])
-        full = len(_ITER_BUF) >= 256 or _ITER_BUF[-1][0] - _ITER_BUF[0][0] > 1.0
-    if full:
-        _iter_flush()
-    if os.getpid() not in _ITER_IDLE:
-        _ITER_IDLE[:] = [os.getpid()]
-        threading.Thread(target=_iter_idle_flusher, name="iter-trace", daemon=True).start()
+_iters = __import__("hook_iters") if _ITER else None
+_phases = _iters.phases if _iters is not None else None
 
 
 def _run_batch_wrap(cls) -> None:
@@ -214,25 +171,35 @@ def _run_batch_wrap(cls) -> None:
     orig = cls.run_batch
 
     def run_batch(self, batch, *args, **kwargs):
+        t = time.perf_counter()
         try:
             fm = batch.forward_mode
+            if _phases is not None:
+                _phases.attach(self)
             if _sync is not None:
                 _sync.toggle(_SYNC, "E" if fm.is_extend() else "D" if fm.is_decode() else "I")
-            if _ITER:
-                _iter_record(self, batch, fm)
+            if _iters is not None:
+                _iters.record(self, batch, fm)
         except Exception as exc:  # a trace must never break the server
             print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
-        return orig(self, batch, *args, **kwargs)
+        if _phases is None:
+            return orig(self, batch, *args, **kwargs)
+        try:
+            return orig(self, batch, *args, **kwargs)
+        finally:
+            _phases.add(_phases.RUN, time.perf_counter() - t)
 
     run_batch.__wrapped__ = orig
     cls.run_batch = run_batch
 
 
-if _ITER:
-    import atexit
-
-    os.makedirs(_ITER, exist_ok=True)
-    atexit.register(_iter_flush)
+if _phases is not None:
+    _TARGETS.setdefault("sglang.srt.managers.tp_worker", []).append(
+        ("TpModelWorker", "forward_batch_generation", "phase_target")
+    )
+    _TARGETS.setdefault("sglang.srt.layers.attention.flashinfer_backend", []).append(
+        ("FlashInferAttnBackend", "init_forward_metadata", "phase_plan")
+    )
 
 # ``SPECFSM_PREFILL_TIMING=<dir>``: GPU time of each prefill piece, from CUDA events (no
 # synchronize: an event pair is read once the GPU passed its end, so overlap is untouched).

@@ -38,6 +38,10 @@ from typing import Any
 
 from servers import SERVERS, server_of
 
+#: the host parts of a loop iteration an iteration record ends with (SPECFSM_ITER_PHASES,
+#: benchmarks/gpu/hook_phases.py): ms since the launch before, in this order
+PHASES = ("run", "worker", "target", "plan", "result", "next")
+
 #: the server whose runs the others' fixed time is set beside; the others fitted are the specfsm
 #: server's runs, whose PLAIN prefills run the target alone on the GPU, as this server's do
 REFERENCE = "nospec"
@@ -50,6 +54,8 @@ class Driver:
 
     name: str
     points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: per run label, the host ms of each gap's parts (``PHASES``), where the trace has them
+    phases: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -132,6 +138,10 @@ def load_driver(tgz: Path, trace: str, skip_s: float = 0.0) -> Driver:
                 if server == "specfsm" and not (plain(a[0]) and plain(c[0])):
                     continue
                 pts.append((float(a[3]), 1e3 * (c[0] - b[0])))
+                if len(c) >= 7 + len(PHASES):  # record c: the host parts of the gap b -> c
+                    drv.phases.setdefault(f"{r['server']}:{r['rep']}", []).append(
+                        [float(x) for x in c[7 : 7 + len(PHASES)]] + [1e3 * (c[0] - b[0])]
+                    )
     drv.points = {k: v for k, v in drv.points.items() if v}
     return drv
 
@@ -190,6 +200,44 @@ def report(fits: list[Fit]) -> list[str]:
     return lines
 
 
+def phase_report(drivers: list[Driver]) -> list[str]:
+    """Per driver and server, the mean host ms of the parts of a gap in the prefill strings:
+    the scheduler's launch (``run``) split into its own work, the model worker's and plugins'
+    (worker less target), the target forward's less its attention planning, and the planning
+    (a FlashInfer prefill waits for the GPU there); the result processing, the next batch's
+    planning and the loop's rest; each beside the reference server's on the same driver."""
+    lines: list[str] = []
+    for drv in drivers:
+        per: dict[str, list[list[float]]] = {}
+        for k, v in sorted(drv.phases.items()):
+            per.setdefault(k.rsplit(":", 1)[0], []).extend(v)
+        if not per:
+            continue
+        means: dict[str, dict[str, float]] = {}
+        for s, rows in per.items():
+            cols = [statistics.fmean(col) for col in zip(*rows, strict=True)]
+            run, worker, target, plan, result, nxt, gap = cols
+            means[s] = {
+                "sched": run - worker,
+                "worker": worker - target,
+                "target": target - plan,
+                "plan": plan,
+                "result": result,
+                "next": nxt,
+                "rest": gap - run - result - nxt,
+                "gap": gap,
+            }
+        ref = means.get(REFERENCE)
+        lines.append(f"{drv.name}: host ms a gap in the prefill strings, by part")
+        for s, m in means.items():
+            parts = " ".join(
+                f"{k} {v:.2f}" + ("" if ref is None or s == REFERENCE else f" ({v - ref[k]:+.2f})")
+                for k, v in m.items()
+            )
+            lines.append(f"  prefill_phases[{s}]: {parts} ({len(per[s])} gaps)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path)
@@ -202,14 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     fits: list[Fit] = []
+    drivers: list[Driver] = []
     for folder in args.folders:
         for tgz in sorted(folder.glob("*/traces_logs_*.tgz")):
-            if (got := fit(load_driver(tgz, args.trace, args.skip_s))) is not None:
+            drivers.append(drv := load_driver(tgz, args.trace, args.skip_s))
+            if (got := fit(drv)) is not None:
                 fits.append(got)
     if not fits:
         print(f"no prefill strings of {args.trace} in {', '.join(map(str, args.folders))}")
         return 1
-    print("\n".join(report(fits)))
+    print("\n".join(report(fits) + phase_report(drivers)))
     return 0
 
 

@@ -207,7 +207,7 @@ class Bed:
             if hooked or server in PLUGGED:
                 hook = self.work / "hook"
                 hook.mkdir(parents=True, exist_ok=True)
-                for name in ("sitecustomize.py", "hook_sync.py"):
+                for name in ("sitecustomize.py", "hook_sync.py", "hook_iters.py", "hook_phases.py"):
                     shutil.copy(ROOT / "benchmarks" / "gpu" / name, hook)
                 env["PYTHONPATH"] = os.pathsep.join(
                     x for x in (str(hook), env.get("PYTHONPATH", "")) if x

@@ -113,3 +113,20 @@ def test_busiest_phases_are_the_top_level() -> None:
 def test_main_says_so_when_nothing_fits(tmp_path: Path, capsys: Any) -> None:
     assert prefill_gaps.main([str(tmp_path)]) == 1
     assert "no prefill strings of bursty" in capsys.readouterr().out
+
+
+def test_phase_report_splits_each_gap_into_its_host_parts() -> None:
+    # run, worker, target, plan, result, next (ms), then the gap: the specfsm server spends
+    # 0.4 ms more in its model worker around the same target forward
+    nospec = [[6.0, 4.0, 4.0, 2.5, 1.0, 0.5, 10.0]] * 3
+    plain = [[6.4, 4.4, 4.0, 2.5, 1.0, 0.5, 10.4]] * 2
+    drv = prefill_gaps.Driver("m1", phases={"nospec:0": nospec, "specfsm_goodput:1": plain})
+    lines = prefill_gaps.phase_report([drv, prefill_gaps.Driver("m2")])
+    assert lines[0] == "m1: host ms a gap in the prefill strings, by part"
+    assert lines[1] == (
+        "  prefill_phases[nospec]: sched 2.00 worker 0.00 target 1.50 plan 2.50 result 1.00 "
+        "next 0.50 rest 2.50 gap 10.00 (3 gaps)"
+    )
+    assert "worker 0.40 (+0.40)" in lines[2] and "sched 2.00 (+0.00)" in lines[2]
+    assert "gap 10.40 (+0.40) (2 gaps)" in lines[2]
+    assert len(lines) == 3  # a driver without the fields says nothing
