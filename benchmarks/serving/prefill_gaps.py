@@ -42,6 +42,10 @@ from servers import SERVERS, server_of
 #: benchmarks/gpu/hook_phases.py): ms since the launch before, in this order
 PHASES = ("run", "worker", "target", "plan", "result", "next")
 
+#: prompt-token bins of the prefill whose GPU time a gap holds: where the host binds (small
+#: prefills, whose GPU time is shorter than the loop's host work) and where the GPU does
+SIZE_BINS = ((0, 2000), (2000, 5000), (5000, 8000), (8000, None))
+
 #: the server whose runs the others' fixed time is set beside; the others fitted are the specfsm
 #: server's runs, whose PLAIN prefills run the target alone on the GPU, as this server's do
 REFERENCE = "nospec"
@@ -200,6 +204,38 @@ def report(fits: list[Fit]) -> list[str]:
     return lines
 
 
+def size_report(drivers: list[Driver], fits: list[Fit]) -> list[str]:
+    """Per driver and server: the slope fitted to that server's strings alone (a part of a
+    prefill's time that grows with its tokens shows there, where the common fit counts it in
+    the fixed time), and the fixed time by the size of the prefill before (each gap less the
+    driver's common slope times its tokens, averaged in ``SIZE_BINS``)."""
+    lines: list[str] = []
+    slopes = {f.name: f.slope_us / 1e3 for f in fits}
+    for drv in drivers:
+        if drv.name not in slopes:
+            continue
+        per: dict[str, list[tuple[float, float]]] = {}
+        for k, v in sorted(drv.points.items()):
+            per.setdefault(k.rsplit(":", 1)[0], []).extend(v)
+        lines.append(f"{drv.name}: by server, its own slope and the fixed ms by prompt tokens")
+        for srv, pts in per.items():
+            mx = statistics.fmean(x for x, _ in pts)
+            my = statistics.fmean(y for _, y in pts)
+            sxx = sum((x - mx) ** 2 for x, _ in pts)
+            own = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+            cells = []
+            for lo, hi in SIZE_BINS:
+                r = [y - slopes[drv.name] * x for x, y in pts if lo <= x and (hi is None or x < hi)]
+                name = f"{lo}-{hi}" if hi is not None else f"{lo}+"
+                cells.append(f"{name} {statistics.fmean(r):.2f} ({len(r)})" if r else f"{name} -")
+            lines.append(
+                f"  prefill_by_size[{srv}]: own slope {1e3 * own:.2f} us a token "
+                f"(fixed {my - own * mx:.2f} ms at its mean {mx:.0f} tokens); "
+                f"fixed ms by tokens: {', '.join(cells)}"
+            )
+    return lines
+
+
 def phase_report(drivers: list[Driver]) -> list[str]:
     """Per driver and server, the mean host ms of the parts of a gap in the prefill strings:
     the scheduler's launch (``run``) split into its own work, the model worker's and plugins'
@@ -259,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     if not fits:
         print(f"no prefill strings of {args.trace} in {', '.join(map(str, args.folders))}")
         return 1
-    print("\n".join(report(fits) + phase_report(drivers)))
+    print("\n".join(report(fits) + size_report(drivers, fits) + phase_report(drivers)))
     return 0
 
 

@@ -130,3 +130,23 @@ def test_phase_report_splits_each_gap_into_its_host_parts() -> None:
     assert "worker 0.40 (+0.40)" in lines[2] and "sched 2.00 (+0.00)" in lines[2]
     assert "gap 10.40 (+0.40) (2 gaps)" in lines[2]
     assert len(lines) == 3  # a driver without the fields says nothing
+
+
+def test_size_report_gives_each_servers_own_slope_and_fixed_time_by_size(tmp_path: Path) -> None:
+    tgz = _folder(tmp_path, plain_from=1.0) / "machine1" / "traces_logs_machine1.tgz"
+    drv = prefill_gaps.load_driver(tgz, "bursty")
+    got = prefill_gaps.fit(drv)
+    assert got is not None
+    lines = prefill_gaps.size_report([drv, prefill_gaps.Driver("unfitted")], [got])
+    assert lines[0] == "machine1: by server, its own slope and the fixed ms by prompt tokens"
+    assert len(lines) == 3  # a driver without a fit says nothing
+    nospec = next(x for x in lines if "prefill_by_size[nospec]" in x)
+    own = float(nospec.split("own slope ")[1].split(" ")[0])
+    assert abs(own - 1e3 * SLOPE_MS) < 0.3
+    # the synthetic prefills are 1,000-8,000 tokens, so the last bin is empty; in each other
+    # bin the fixed time is the run's own, 3.0 ms
+    cells = nospec.split("fixed ms by tokens: ")[1].split(", ")
+    assert [c.split(" ")[0] for c in cells] == ["0-2000", "2000-5000", "5000-8000", "8000+"]
+    assert cells[3] == "8000+ -"
+    for c in cells[:3]:
+        assert abs(float(c.split(" ")[1]) - 3.0) < 0.2
