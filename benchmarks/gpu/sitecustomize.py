@@ -182,12 +182,11 @@ def _run_batch_wrap(cls) -> None:
                 _iters.record(self, batch, fm)
         except Exception as exc:  # a trace must never break the server
             print(f"[iter-trace] {type(exc).__name__}: {exc}", file=sys.stderr)
-        if _phases is None:
-            return orig(self, batch, *args, **kwargs)
         try:
             return orig(self, batch, *args, **kwargs)
         finally:
-            _phases.add(_phases.RUN, time.perf_counter() - t)
+            if _phases is not None:
+                _phases.add(_phases.RUN, time.perf_counter() - t)
 
     run_batch.__wrapped__ = orig
     cls.run_batch = run_batch

@@ -34,9 +34,11 @@ import statistics
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from servers import SERVERS, server_of
+
+T = TypeVar("T")
 
 #: the host parts of a loop iteration an iteration record ends with (SPECFSM_ITER_PHASES,
 #: benchmarks/gpu/hook_phases.py): ms since the launch before, in this order
@@ -150,16 +152,32 @@ def load_driver(tgz: Path, trace: str, skip_s: float = 0.0) -> Driver:
     return drv
 
 
+def _centred(pts: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+    """The means of x and y and the sums of (x - mean)^2 and (x - mean)(y - mean)."""
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    sxy = sum((x - mx) * (y - my) for x, y in pts)
+    return mx, my, sxx, sxy
+
+
+def _per_server(by_run: dict[str, list[T]]) -> dict[str, list[T]]:
+    """A driver's per-run lists (``SERVER:rep`` keys) pooled per server, in key order."""
+    out: dict[str, list[T]] = {}
+    for k, v in sorted(by_run.items()):
+        out.setdefault(k.rsplit(":", 1)[0], []).extend(v)
+    return out
+
+
 def fit(drv: Driver, min_points: int = 20) -> Fit | None:
     """One slope over the driver's runs (each run's points centred on its own means), then each
     run's fixed time at its means. None: no run with `min_points` strings."""
     use = {k: v for k, v in drv.points.items() if len(v) >= min_points}
     sxx = sxy = 0.0
     for pts in use.values():
-        mx = statistics.fmean(x for x, _ in pts)
-        my = statistics.fmean(y for _, y in pts)
-        sxx += sum((x - mx) ** 2 for x, _ in pts)
-        sxy += sum((x - mx) * (y - my) for x, y in pts)
+        _, _, dxx, dxy = _centred(pts)
+        sxx += dxx
+        sxy += dxy
     if not use or sxx <= 0:
         return None
     slope = sxy / sxx  # ms per token
@@ -214,15 +232,10 @@ def size_report(drivers: list[Driver], fits: list[Fit]) -> list[str]:
     for drv in drivers:
         if drv.name not in slopes:
             continue
-        per: dict[str, list[tuple[float, float]]] = {}
-        for k, v in sorted(drv.points.items()):
-            per.setdefault(k.rsplit(":", 1)[0], []).extend(v)
         lines.append(f"{drv.name}: by server, its own slope and the fixed ms by prompt tokens")
-        for srv, pts in per.items():
-            mx = statistics.fmean(x for x, _ in pts)
-            my = statistics.fmean(y for _, y in pts)
-            sxx = sum((x - mx) ** 2 for x, _ in pts)
-            own = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+        for srv, pts in _per_server(drv.points).items():
+            mx, my, sxx, sxy = _centred(pts)
+            own = sxy / sxx if sxx > 0 else 0.0
             cells = []
             for lo, hi in SIZE_BINS:
                 r = [y - slopes[drv.name] * x for x, y in pts if lo <= x and (hi is None or x < hi)]
@@ -244,9 +257,7 @@ def phase_report(drivers: list[Driver]) -> list[str]:
     planning and the loop's rest; each beside the reference server's on the same driver."""
     lines: list[str] = []
     for drv in drivers:
-        per: dict[str, list[list[float]]] = {}
-        for k, v in sorted(drv.phases.items()):
-            per.setdefault(k.rsplit(":", 1)[0], []).extend(v)
+        per = _per_server(drv.phases)
         if not per:
             continue
         means: dict[str, dict[str, float]] = {}
